@@ -1,0 +1,99 @@
+"""Reads NVIDIA GPU Feature Discovery node labels (both label generations) into typed GPU facts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from trainop.api import constants as c
+
+_INT = re.compile(r"^\s*(\d+)\s*$")
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = _INT.match(value)
+    return int(m.group(1)) if m else None
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """'550.54.14' -> (550, 54, 14); malformed or empty -> None (never raises)."""
+    if not text:
+        return None
+    parts = text.strip().split(".")
+    out: list[int] = []
+    for p in parts:
+        m = _INT.match(p)
+        if not m:
+            return None
+        out.append(int(m.group(1)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What GFD tells about a node's GPUs; every field is None when its label is missing or malformed."""
+
+    product: str | None = None
+    count: int | None = None
+    memory_mib: int | None = None
+    family: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    driver: tuple[int, ...] | None = None  # e.g. (550, 54, 14)
+    cuda_runtime: tuple[int, int] | None = None  # highest CUDA the driver supports, e.g. (12, 4)
+    clique: str | None = None
+
+    @property
+    def driver_text(self) -> str | None:
+        return ".".join(str(p) for p in self.driver) if self.driver else None
+
+    @property
+    def compute_capability_text(self) -> str | None:
+        cc = self.compute_capability
+        return f"{cc[0]}.{cc[1]}" if cc else None
+
+
+def _first(labels: Mapping[str, str], *keys: str) -> str | None:
+    for k in keys:
+        v = labels.get(k)
+        if v not in (None, ""):
+            return v
+    return None
+
+
+def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
+    """Parse GFD labels; the newer `cuda.driver-version.*` names win over the deprecated `cuda.driver.*`."""
+    labels = labels or {}
+    product = _first(labels, c.GFD_PRODUCT)
+    cmaj, cmin = _int(labels.get(c.GFD_COMPUTE_MAJOR)), _int(labels.get(c.GFD_COMPUTE_MINOR))
+    cc = (cmaj, cmin if cmin is not None else 0) if cmaj is not None else None
+
+    driver = parse_version(labels.get(c.GFD_DRIVER_FULL))
+    if driver is None:
+        dmaj = _int(_first(labels, c.GFD_DRIVER_MAJOR, c.GFD_DRIVER_MAJOR_OLD))
+        if dmaj is not None:
+            parts = [dmaj]
+            dmin = _int(_first(labels, c.GFD_DRIVER_MINOR, c.GFD_DRIVER_MINOR_OLD))
+            drev = _int(_first(labels, c.GFD_DRIVER_REVISION, c.GFD_DRIVER_REV_OLD))
+            if dmin is not None:
+                parts.append(dmin)
+                if drev is not None:
+                    parts.append(drev)
+            driver = tuple(parts)
+
+    rmaj = _int(_first(labels, c.GFD_RUNTIME_MAJOR, c.GFD_RUNTIME_MAJOR_OLD))
+    rmin = _int(_first(labels, c.GFD_RUNTIME_MINOR, c.GFD_RUNTIME_MINOR_OLD))
+    runtime = (rmaj, rmin if rmin is not None else 0) if rmaj is not None else None
+
+    return GpuFacts(
+        product=product,
+        count=_int(labels.get(c.GFD_COUNT)),
+        memory_mib=_int(labels.get(c.GFD_MEMORY)),
+        family=_first(labels, c.GFD_FAMILY),
+        compute_capability=cc,
+        driver=driver,
+        cuda_runtime=runtime,
+        clique=_first(labels, c.LABEL_GPU_CLIQUE),
+    )

@@ -1,0 +1,1 @@
+"""The `trainop` command line: run, render, cluster, catalog, explain, simulate."""

@@ -1,0 +1,1 @@
+"""Only package that talks to the Kubernetes API server: clients, reads, idempotent applies."""
