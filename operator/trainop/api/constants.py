@@ -53,7 +53,7 @@ ANNOTATION_RESTART_COUNT = "trainop.dev/restart-count"  # on pods: the gang gene
 ANNOTATION_SPEC_HASH = "trainop.dev/spec-hash"
 # Fake-node lifecycle (local cluster only, honoured by the KWOK stages trainop ships):
 ANNOTATION_FAKE_EXIT_CODE = "trainop.dev/fake-exit-code"  # "0" succeeds, other values fail with that code
-ANNOTATION_FAKE_RUN_SECONDS = "trainop.dev/fake-run-seconds"  # how long the container "runs" first
+ANNOTATION_FAKE_RUN_DURATION = "trainop.dev/fake-run-duration"  # Go duration, e.g. "5s"; default 1s
 # Simulation inputs (trainop simulate)
 ANNOTATION_SIM_SUBMIT = "trainop.dev/sim-submit-seconds"
 ANNOTATION_SIM_DURATION = "trainop.dev/sim-duration-seconds"

@@ -1,0 +1,57 @@
+# trainop developer entry points. `make demo` and `make test` are the README's two commands.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TRAINOP := $(VENV)/bin/trainop
+PYTEST := $(VENV)/bin/pytest
+
+.PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
+        importlint generate check-generated demo demo-down bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+build-binaries: install
+	$(TRAINOP) cluster build
+
+test: install build-binaries
+	$(PYTEST) tests/unit tests/integration tests/e2e
+
+test-unit: install
+	$(PYTEST) tests/unit
+
+test-integration: install build-binaries
+	$(PYTEST) tests/integration
+
+test-e2e: install
+	$(PYTEST) tests/e2e
+
+lint: install
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff format --check operator tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+importlint: install
+	$(VENV)/bin/lint-imports
+
+generate: install
+	$(TRAINOP) generate crds --out crds --chart charts/trainop/crds
+
+demo: install build-binaries
+	bash examples/demo.sh
+
+demo-down: install
+	$(TRAINOP) cluster down
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

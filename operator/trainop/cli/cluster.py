@@ -1,0 +1,133 @@
+"""`trainop cluster up|down|status|kubeconfig|build|env`: the local control plane with a fake GPU fleet."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from trainop.cluster import binaries
+from trainop.cluster.fleet import FleetError, load_fleet, summarize
+from trainop.cluster.local import ClusterError, LocalCluster
+
+_name = click.option("--name", default="trainop", show_default=True, help="Cluster name.")
+_bin_dir = click.option(
+    "--bin-dir",
+    type=click.Path(file_okay=False),
+    envvar="TRAINOP_BIN_DIR",
+    help="Directory with prebuilt kube-apiserver, etcd, kwok, ... (else PATH, else built and cached).",
+)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(1)
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """A local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+    with KWOK fake GPU nodes that carry NVIDIA GPU Feature Discovery labels."""
+
+
+@cluster.command("build")
+def build() -> None:
+    """Build (once) and cache every binary the local cluster and the tests need."""
+    try:
+        for name, path in sorted(binaries.resolve_binaries().items()):
+            click.echo(f"{name:25} {path}")
+    except binaries.BuildError as exc:
+        _fail(exc)
+
+
+@cluster.command("up")
+@_name
+@_bin_dir
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False, exists=True),
+              help="Fleet file (node classes x count x rack/block); default: the packaged one.")  # fmt: skip
+def up(name: str, bin_dir: str | None, fleet_path: str | None) -> None:
+    """Create (or repair) the cluster and its fleet; safe to run again."""
+    lc = LocalCluster(name=name, bin_dir=bin_dir)
+    try:
+        lc.up(fleet_path)
+    except (ClusterError, FleetError, binaries.BuildError) as exc:
+        _fail(exc)
+    click.echo(f"export KUBECONFIG={lc.kubeconfig}")
+
+
+@cluster.command("down")
+@_name
+@_bin_dir
+def down(name: str, bin_dir: str | None) -> None:
+    """Delete the cluster; no process or port is left behind."""
+    lc = LocalCluster(name=name, bin_dir=bin_dir)
+    try:
+        lc.down()
+    except (ClusterError, binaries.BuildError) as exc:
+        _fail(exc)
+    click.echo(f"cluster {name!r} deleted")
+
+
+@cluster.command("status")
+@_name
+@_bin_dir
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def status(name: str, bin_dir: str | None, output: str) -> None:
+    """Show whether the cluster runs, its processes and its nodes."""
+    lc = LocalCluster(name=name, bin_dir=bin_dir)
+    info = lc.status()
+    if output == "json":
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"cluster     {info['name']} ({'serving' if info['apiReady'] else 'not serving'})")
+    click.echo(f"kubeconfig  {info['kubeconfig']}")
+    for comp, pid in sorted(info["processes"].items()):
+        click.echo(f"  {comp:25} pid {pid}")
+    if info.get("nodes") is not None:
+        click.echo(f"nodes       {info['readyNodes']}/{info['nodes']} Ready")
+    sys.exit(0 if info["apiReady"] else 1)
+
+
+@cluster.command("kubeconfig")
+@_name
+def kubeconfig(name: str) -> None:
+    """Print the path of the cluster's kubeconfig (use: export KUBECONFIG=$(trainop cluster kubeconfig))."""
+    click.echo(str(LocalCluster(name=name).kubeconfig))
+
+
+@cluster.command("env")
+@_name
+@_bin_dir
+def env(name: str, bin_dir: str | None) -> None:
+    """Print shell exports: KUBECONFIG and a PATH with the cached kubectl and helm first."""
+    lc = LocalCluster(name=name, bin_dir=bin_dir)
+    try:
+        bins = lc.binaries(build=False)
+    except binaries.BuildError as exc:
+        _fail(exc)
+    dirs = []
+    for tool in ("kubectl", "helm"):
+        d = str(bins[tool].parent)
+        if d not in dirs:
+            dirs.append(d)
+    click.echo(f"export KUBECONFIG={lc.kubeconfig}")
+    click.echo(f"export PATH={':'.join(dirs)}:$PATH")
+
+
+@cluster.command("fleet")
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False, exists=True))
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def show_fleet(fleet_path: str | None, output: str) -> None:
+    """Print the fleet (or, with -o json, the Node objects it makes)."""
+    from trainop.cluster.fleet import node_manifests
+
+    try:
+        f = load_fleet(fleet_path)
+    except FleetError as exc:
+        _fail(exc)
+    if output == "json":
+        click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": node_manifests(f)}))
+        return
+    for row in summarize(f):
+        click.echo(f"{row.group:28} {row.node_class:12} x{row.count:<3} {row.product}")

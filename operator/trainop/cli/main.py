@@ -1,0 +1,25 @@
+"""Entry point of the `trainop` command: wires the subcommands together."""
+
+from __future__ import annotations
+
+import click
+
+from trainop import __version__
+from trainop.cli.cluster import cluster
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trainop")
+def cli() -> None:
+    """trainop: topology-aware, multi-tenant distributed GPU training on Kubernetes."""
+
+
+cli.add_command(cluster)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

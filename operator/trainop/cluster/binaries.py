@@ -1,0 +1,221 @@
+"""Finds or builds (once, from the Go module proxy) the real binaries the local control plane runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# Pinned releases. Each must build with the Go on the machine (Go 1.26 here; all four
+# declare `go 1.26.0`). Kubernetes >= 1.34 is needed for DRA `resource.k8s.io/v1`.
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"  # a release Kubernetes 1.36 supports (etcd 3.5 / 3.6)
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.22.0"
+
+# Staging modules of k8s.io/kubernetes: its go.mod replaces each with ./staging/src/...,
+# which `go build` outside that tree cannot follow, so our module pins every one to the
+# published v0.<minor>.<patch>. The list mirrors the `replace` block of the release's
+# go.mod; sample-* modules are not published and nothing we build imports them.
+KUBERNETES_STAGING = (
+    "api", "apiextensions-apiserver", "apimachinery", "apiserver", "cli-runtime",
+    "client-go", "cloud-provider", "cluster-bootstrap", "code-generator", "component-base",
+    "component-helpers", "controller-manager", "cri-api", "cri-client", "cri-streaming",
+    "csi-translation-lib", "dynamic-resource-allocation", "endpointslice", "externaljwt",
+    "kms", "kube-aggregator", "kube-controller-manager", "kube-proxy", "kube-scheduler",
+    "kubectl", "kubelet", "metrics", "mount-utils", "pod-security-admission", "streaming",
+)  # fmt: skip
+
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+class BuildError(RuntimeError):
+    """A binary could not be found or built; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One cache entry: a named group of binaries built together at one version."""
+
+    name: str
+    version: str
+    binaries: tuple[str, ...]
+
+
+COMPONENTS = (
+    Component("kubernetes", KUBERNETES_VERSION, KUBERNETES_COMMANDS),
+    Component("etcd", ETCD_VERSION, ("etcd",)),
+    Component("kwok", KWOK_VERSION, ("kwok", "kwokctl")),
+    Component("helm", HELM_VERSION, ("helm",)),
+)
+ALL_BINARIES = tuple(b for c in COMPONENTS for b in c.binaries)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trainop" / "bin"
+
+
+def component_dir(component: Component) -> Path:
+    return cache_root() / f"{component.name}-{component.version}"
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(f"[trainop] {msg}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], progress: Progress, label: str) -> None:
+    """Run a go command, streaming a heartbeat so a 5-minute compile does not look hung."""
+    started = time.monotonic()
+    progress(f"{label}: {' '.join(cmd[:3])} ...")
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        last = started
+        while proc.poll() is None:
+            time.sleep(1)
+            if time.monotonic() - last >= 30:
+                last = time.monotonic()
+                progress(f"{label}: still building ({int(last - started)} s)")
+        if proc.returncode != 0:
+            log.seek(0)
+            tail = log.read()[-4000:]
+            raise BuildError(f"{label} failed (exit {proc.returncode}) running {' '.join(cmd)}:\n{tail}")
+    progress(f"{label}: done in {time.monotonic() - started:.0f} s")
+
+
+def _go_env(gobin: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "0"
+    env["GOFLAGS"] = "-mod=mod -buildvcs=false"
+    if gobin is not None:
+        env["GOBIN"] = str(gobin)
+    return env
+
+
+LDFLAGS = "-s -w"
+
+
+def _kubernetes_go_mod(version: str) -> str:
+    minor_patch = "v0." + version.lstrip("v").split(".", 1)[1]
+    replaces = "\n".join(f"\tk8s.io/{m} => k8s.io/{m} {minor_patch}" for m in KUBERNETES_STAGING)
+    return (
+        "module trainop.dev/localcluster/kubernetes\n\ngo 1.26.0\n\n"
+        f"require k8s.io/kubernetes {version}\n\nreplace (\n{replaces}\n)\n"
+    )
+
+
+def _tools_go(packages: Iterable[str]) -> str:
+    imports = "\n".join(f'\t_ "{p}"' for p in packages)
+    return f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
+
+
+def _build_module(
+    workdir: Path, go_mod: str, packages: list[str], out: Path, progress: Progress, label: str
+) -> None:
+    """Build main packages of a module that refuses `go install` (it has replace directives)
+    by requiring it from a throwaway module of our own."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "go.mod").write_text(go_mod)
+    (workdir / "tools.go").write_text(_tools_go(packages))
+    env = _go_env()
+    _run(["go", "mod", "tidy"], workdir, env, progress, f"{label} (resolve modules)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # `-o dir/` names each binary after its package; `-o file` for a single package.
+    target = str(out) + "/" if len(packages) > 1 else str(out)
+    if len(packages) > 1:
+        out.mkdir(parents=True, exist_ok=True)
+    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", target, *packages]
+    _run(cmd, workdir, env, progress, f"{label} (compile)")
+
+
+def _build(component: Component, dest: Path, progress: Progress) -> None:
+    with tempfile.TemporaryDirectory(prefix=f"trainop-build-{component.name}-") as tmp:
+        work = Path(tmp)
+        if component.name == "kubernetes":
+            pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
+            # One `go build` for all commands so they share one compile of the common code.
+            _build_module(work, _kubernetes_go_mod(component.version), pkgs, dest, progress,
+                          f"kubernetes {component.version}")  # fmt: skip
+        elif component.name == "etcd":
+            go_mod = (
+                "module trainop.dev/localcluster/etcd\n\ngo 1.26.0\n\n"
+                f"require go.etcd.io/etcd/server/v3 {component.version}\n"
+            )
+            _build_module(work, go_mod, ["go.etcd.io/etcd/server/v3"], dest / "etcd", progress,
+                          f"etcd {component.version}")  # fmt: skip
+        elif component.name in ("kwok", "helm"):
+            # These modules have no replace directives, so plain `go install` works.
+            module = {"kwok": "sigs.k8s.io/kwok/cmd", "helm": "helm.sh/helm/v3/cmd"}[component.name]
+            env = _go_env(gobin=dest)
+            dest.mkdir(parents=True, exist_ok=True)
+            for binary in component.binaries:
+                cmd = ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}",
+                       f"{module}/{binary}@{component.version}"]  # fmt: skip
+                _run(cmd, work, env, progress, f"{binary} {component.version}")
+        else:  # pragma: no cover - COMPONENTS is closed
+            raise BuildError(f"unknown component {component.name}")
+
+
+def ensure_component(component: Component, progress: Progress = _stderr) -> Path:
+    """Return the cache dir holding the component's binaries, building it if absent."""
+    dest = component_dir(component)
+    if all((dest / b).is_file() for b in component.binaries):
+        return dest
+    if shutil.which("go") is None:
+        raise BuildError(
+            f"{component.name} {component.version} is not cached in {dest} and `go` is not on "
+            "PATH; install Go >= 1.26 or pass --bin-dir with prebuilt binaries"
+        )
+    progress(f"building {component.name} {component.version} into {dest} (once; cached after)")
+    staging = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    _build(component, staging, progress)
+    missing = [b for b in component.binaries if not (staging / b).is_file()]
+    if missing:
+        raise BuildError(f"{component.name} build produced no {', '.join(missing)} in {staging}")
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)  # atomic: a half-built cache entry is never mistaken for a full one
+    return dest
+
+
+def resolve_binaries(
+    bin_dir: str | Path | None = None, *, build: bool = True, progress: Progress = _stderr
+) -> dict[str, Path]:
+    """Map every binary name to a path: --bin-dir first, then PATH, then the build cache.
+
+    PATH is consulted only for a component whose binaries are all there, so a distro
+    `kubectl` shim is never mixed with our own apiserver of another version.
+    """
+    found: dict[str, Path] = {}
+    for component in COMPONENTS:
+        paths: dict[str, Path] = {}
+        if bin_dir is not None:
+            for b in component.binaries:
+                p = Path(bin_dir) / b
+                if p.is_file() and os.access(p, os.X_OK):
+                    paths[b] = p
+        if len(paths) < len(component.binaries) and component.name != "kubernetes":
+            on_path = {b: shutil.which(b) for b in component.binaries}
+            if all(on_path.values()):
+                paths = {b: Path(str(p)) for b, p in on_path.items()}
+        if len(paths) < len(component.binaries):
+            cached = component_dir(component)
+            if not all((cached / b).is_file() for b in component.binaries):
+                if not build:
+                    raise BuildError(
+                        f"{component.name} {component.version} binaries are not built; "
+                        "run `trainop cluster build` (or `trainop cluster up`) first"
+                    )
+                cached = ensure_component(component, progress)
+            paths = {b: cached / b for b in component.binaries}
+        found.update(paths)
+    return found

@@ -1,0 +1,239 @@
+"""Brings the local control plane up and down: kwokctl's binary runtime over our own built binaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trainop.cluster import binaries, fleet
+
+DEFAULT_NAME = "trainop"
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be brought to the asked state; the message says why."""
+
+
+def state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "trainop"
+
+
+def stages_path() -> Path:
+    return Path(str(resources.files("trainop.cluster") / "data" / "stages.yaml"))
+
+
+def _say(msg: str) -> None:
+    print(f"[trainop] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class LocalCluster:
+    """One named local cluster; its files live under the state dir, binaries in the build cache."""
+
+    name: str = DEFAULT_NAME
+    bin_dir: str | None = None
+
+    @property
+    def workdir(self) -> Path:
+        return state_root() / "kwok"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return state_root() / f"{self.name}.kubeconfig"
+
+    def binaries(self, build: bool = True) -> dict[str, Path]:
+        return binaries.resolve_binaries(self.bin_dir, build=build, progress=_say)
+
+    # --- commands -----------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.workdir)
+        return env
+
+    def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        bins = self.binaries(build=False)
+        cmd = [str(bins["kwokctl"]), "--name", self.name, *args]
+        proc = subprocess.run(cmd, env=self._env(), capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kwokctl {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
+        return proc
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        bins = self.binaries(build=False)
+        cmd = [str(bins["kubectl"]), "--kubeconfig", str(self.kubeconfig), *args]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
+        return proc
+
+    # --- state --------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.cluster_dir / "kwok.yaml").is_file()
+
+    def api_ready(self) -> bool:
+        if not self.kubeconfig.is_file():
+            return False
+        try:
+            proc = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        except (subprocess.TimeoutExpired, ClusterError, binaries.BuildError):
+            return False
+        return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+    def _pids(self) -> dict[str, int]:
+        out = {}
+        for pidfile in sorted((self.cluster_dir / "pids").glob("*.pid")):
+            try:
+                out[pidfile.stem] = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+        return out
+
+    @staticmethod
+    def _alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # A zombie still answers kill(0). But a Go program whose main thread has exited
+        # shows as a zombie while its other threads still hold sockets, so a process is
+        # gone only when it is a zombie with a single task left.
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+            return len(list(Path(f"/proc/{pid}/task").iterdir())) > 1
+        except OSError:
+            return False
+
+    def processes(self) -> dict[str, int]:
+        return {name: pid for name, pid in self._pids().items() if self._alive(pid)}
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def up(self, fleet_path: str | None = None, wait_seconds: float = 120) -> float:
+        """Create or restart the cluster and apply the fleet; idempotent. Returns seconds taken."""
+        started = time.monotonic()
+        the_fleet = fleet.load_fleet(fleet_path)  # fail on a bad fleet before starting anything
+        bins = self.binaries(build=True)
+        if self.exists() and not self.api_ready():
+            _say(f"cluster {self.name!r} exists but is not serving; starting it")
+            if self.kwokctl("start", "cluster", "--wait", "60s", check=False).returncode != 0:
+                _say("start failed; recreating the cluster")
+                self.down()
+        if not self.exists():
+            _say(f"creating cluster {self.name!r} (etcd, kube-apiserver, kube-controller-manager, "
+                 "kube-scheduler, kwok)")  # fmt: skip
+            self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+            self.kwokctl(
+                "create", "cluster", "--runtime", "binary",
+                "--kube-apiserver-binary", str(bins["kube-apiserver"]),
+                "--kube-controller-manager-binary", str(bins["kube-controller-manager"]),
+                "--kube-scheduler-binary", str(bins["kube-scheduler"]),
+                "--etcd-binary", str(bins["etcd"]),
+                "--kwok-controller-binary", str(bins["kwok"]),
+                "--kubeconfig", str(self.kubeconfig),
+                "--config", str(stages_path()),
+                "--wait", "90s",
+            )  # fmt: skip
+        self.apply_fleet(the_fleet)
+        self.wait_ready(the_fleet, wait_seconds)
+        took = time.monotonic() - started
+        _say(f"cluster {self.name!r} ready in {took:.1f} s; KUBECONFIG={self.kubeconfig}")
+        return took
+
+    def apply_fleet(self, the_fleet: fleet.Fleet) -> None:
+        nodes = fleet.node_manifests(the_fleet)
+        # JSON, not YAML: a label such as "08" must stay a string whatever parser reads it.
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=doc)
+        # allocatable/capacity live in status, which apply of a Node does not write on update.
+        wanted = {n["metadata"]["name"] for n in nodes}
+        existing = self.get_json("nodes")["items"]
+        for n in existing:
+            name = n["metadata"]["name"]
+            if n["metadata"].get("annotations", {}).get(fleet.KWOK_NODE_ANNOTATION) == "fake" and (
+                name not in wanted
+            ):
+                self.kubectl("delete", "node", name, "--wait=false")
+
+    def get_json(self, *args: str) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+    def wait_ready(self, the_fleet: fleet.Fleet, timeout: float) -> None:
+        wanted = {n["metadata"]["name"] for n in fleet.node_manifests(the_fleet)}
+        deadline = time.monotonic() + timeout
+        not_ready: set[str] = set(wanted)
+        while time.monotonic() < deadline:
+            items = self.get_json("nodes")["items"]
+            ready = {
+                n["metadata"]["name"]
+                for n in items
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                )
+            }
+            not_ready = wanted - ready
+            sa = self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False)
+            if not not_ready and sa.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"{len(not_ready)} nodes not Ready after {timeout:.0f} s: {', '.join(sorted(not_ready)[:5])}"
+        )
+
+    def down(self) -> None:
+        """Delete the cluster and make sure no component process is left behind."""
+        pids = self._pids()
+        if self.exists():
+            self.kwokctl("delete", "cluster", check=False)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(self._alive(p) for p in pids.values()):
+            time.sleep(0.2)
+        for name, pid in pids.items():
+            if self._alive(pid):
+                _say(f"{name} (pid {pid}) outlived kwokctl delete; killing it")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.kubeconfig.unlink(missing_ok=True)
+
+    def status(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "name": self.name,
+            "exists": self.exists(),
+            "kubeconfig": str(self.kubeconfig),
+            "processes": self.processes(),
+            "apiReady": self.api_ready(),
+        }
+        if info["apiReady"]:
+            nodes = self.get_json("nodes")["items"]
+            info["nodes"] = len(nodes)
+            info["readyNodes"] = sum(
+                1
+                for n in nodes
+                if any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in n.get("status", {}).get("conditions", []))  # fmt: skip
+            )
+        return info

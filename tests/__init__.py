@@ -1,0 +1,1 @@
+"""trainop test suites."""

@@ -1,0 +1,1 @@
+"""e2e tier: the integration scenarios on kind, where Docker and kind exist."""

@@ -1,0 +1,1 @@
+"""Integration tier: real kube-apiserver, etcd, scheduler, controller-manager and KWOK nodes."""

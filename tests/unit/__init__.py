@@ -1,0 +1,1 @@
+"""Unit tier: pure modules, no cluster."""
