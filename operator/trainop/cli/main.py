@@ -6,6 +6,7 @@ import click
 
 from trainop import __version__
 from trainop.cli.cluster import cluster
+from trainop.cli.generate import generate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +16,7 @@ def cli() -> None:
 
 
 cli.add_command(cluster)
+cli.add_command(generate)
 
 
 def main() -> None:

@@ -1,0 +1,267 @@
+"""Pydantic models of the TrainingJob resource (spec and status); the CRD is generated from them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from trainop.api.base import ApiModel
+
+FrameworkName = Literal["pytorch", "tensorflow", "jax", "mpi", "paddle", "mxnet"]
+Role = Literal["Worker", "Chief", "PS", "Evaluator", "Launcher", "Server", "Scheduler"]
+ROLES: tuple[str, ...] = ("Worker", "Chief", "PS", "Evaluator", "Launcher", "Server", "Scheduler")
+Phase = Literal[
+    "Created", "Queued", "Admitted", "Running", "Restarting",
+    "Succeeded", "Failed", "Suspended", "Invalid",
+]  # fmt: skip
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+# Condition types, one per lifecycle fact (status True/False), as in DESIGN.md's phases
+# plus Preempted (queueing) and Invalid.
+CONDITION_TYPES = (
+    "Created", "Queued", "Admitted", "Running", "Restarting", "Succeeded", "Failed",
+    "Suspended", "Invalid", "Preempted",
+)  # fmt: skip
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    out = {"rule": rule, "message": message}
+    if field_path:
+        out["fieldPath"] = field_path
+    return out
+
+
+class Framework(ApiModel):
+    name: FrameworkName = Field(
+        description="Training framework: pytorch | tensorflow | jax | mpi | paddle | mxnet. "
+        "It decides the roles allowed in replicaSpecs, the env each pod gets and the NGC image."
+    )
+    version: str | None = Field(
+        default=None,
+        pattern=r"^\d+(\.\d+){0,2}$",
+        description='Framework version wanted, matched by prefix ("2.4" matches 2.4.0a0). '
+        "Optional: the newest release that fits spec.cuda and the fleet is used.",
+    )
+
+
+class ReplicaSpec(ApiModel):
+    replicas: int = Field(default=1, ge=1, le=4096, description="Number of pods of this role.")
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        description="GPUs (nvidia.com/gpu) per pod of this role. Pods with GPUs are ranked and "
+        "placed as one gang; 0 means a CPU-only role (parameter server, MPI launcher).",
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="A PodTemplateSpec merged into every generated pod of this role: the "
+        "generated env, labels, resources and affinity are added to yours, yours win on "
+        "conflicts except pod name, labels trainop owns and the placement pin.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
+class Placement(ApiModel):
+    topology: Literal["none", "node", "rack", "block"] = Field(
+        default="rack",
+        description="Network domain the gang should fit in: node | rack | block | none. "
+        "The smallest domain that holds the whole gang is always preferred (one node, one "
+        "NVLink clique, one rack, one block).",
+    )
+    mode: Literal["Required", "Preferred"] = Field(
+        default="Preferred",
+        description="Required: wait rather than span two domains of `topology`. Preferred: "
+        "span more domains when one does not fit.",
+    )
+    gpu_products: list[str] = Field(
+        default_factory=list,
+        description="Allowed nvidia.com/gpu.product label values (e.g. NVIDIA-H100-80GB-HBM3); "
+        "empty allows any product that can run the image.",
+    )
+
+
+class Network(ApiModel):
+    fabric: Literal["Auto", "InfiniBand", "RoCE", "TCP"] = Field(
+        default="Auto",
+        description="Fabric NCCL uses between pods: Auto takes it from the node's "
+        "FabricProfile; TCP forces sockets; InfiniBand/RoCE require RDMA nodes.",
+    )
+
+
+class RunPolicy(ApiModel):
+    restart_policy: Literal["Never", "OnFailure", "ExitCode"] = Field(
+        default="OnFailure",
+        description="What a failed pod does to the job. Never: the job fails. OnFailure: "
+        "the whole gang restarts (counted against backoffLimit). ExitCode: exit codes "
+        "1-127 are permanent (job fails), 128-255 (signals, e.g. 137 OOM-kill) restart the gang.",
+    )
+    backoff_limit: int = Field(
+        default=3, ge=0, le=1000, description="Gang restarts allowed before the job is Failed."
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description="Wall-clock seconds from start after which a running job is Failed "
+        "(reason DeadlineExceeded).",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds after Succeeded/Failed after which the TrainingJob is deleted.",
+    )
+    suspend: bool = Field(
+        default=False,
+        description="true deletes the job's pods and holds it; false resumes (a new gang).",
+    )
+    success_policy: Literal["AllWorkers", "RankZero"] = Field(
+        default="AllWorkers",
+        description="AllWorkers: Succeeded when every pod of the ranked roles has exited 0 "
+        "(a TensorFlow Chief counts for its job). RankZero: Succeeded when rank 0 exits 0; "
+        "the other pods are then stopped.",
+    )
+
+
+class TrainingJobSpec(ApiModel):
+    framework: Framework = Field(description="Framework and optional version.")
+    cuda: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+$",
+        description='Minimum CUDA version, e.g. "12.4". Drives the NGC image choice and '
+        "which nodes' drivers and GPUs can run the job.",
+    )
+    image: str | None = Field(
+        default=None,
+        description="Explicit container image. When it is an NGC tag the catalog still knows "
+        "its CUDA; otherwise spec.cuda states it. Empty: the catalog picks the NGC image.",
+    )
+    queue: str | None = Field(
+        default=None, description="TrainingQueue name; empty uses the namespace's default queue."
+    )
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass whose value orders jobs within the queue."
+    )
+    replica_specs: dict[str, ReplicaSpec] = Field(
+        description="Role -> replica spec. Worker always; Chief/PS/Evaluator for TensorFlow; "
+        "Launcher for MPI; Server/Scheduler for MXNet.",
+        min_length=1,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("'Worker' in self", "a Worker role is required: add spec.replicaSpecs.Worker"),
+                _cel(
+                    "self.all(k, k in ['Worker', 'Chief', 'PS', 'Evaluator', 'Launcher', "
+                    "'Server', 'Scheduler'])",
+                    "roles must be Worker, Chief, PS, Evaluator, Launcher, Server or Scheduler",
+                ),
+                _cel("!('Chief' in self) || self['Chief'].replicas <= 1",
+                     "at most one Chief: set spec.replicaSpecs.Chief.replicas to 1"),  # fmt: skip
+                _cel("!('Evaluator' in self) || self['Evaluator'].replicas <= 1",
+                     "at most one Evaluator: set spec.replicaSpecs.Evaluator.replicas to 1"),  # fmt: skip
+                _cel("!('Launcher' in self) || self['Launcher'].replicas == 1",
+                     "exactly one Launcher: set spec.replicaSpecs.Launcher.replicas to 1"),  # fmt: skip
+                _cel("!('Scheduler' in self) || self['Scheduler'].replicas == 1",
+                     "exactly one Scheduler: set spec.replicaSpecs.Scheduler.replicas to 1"),  # fmt: skip
+            ]
+        },
+    )
+    placement: Placement = Field(
+        default_factory=Placement,
+        description="Gang placement over the network topology.",
+        json_schema_extra={"default": {}},
+    )
+    network: Network = Field(
+        default_factory=Network,
+        description="Fabric selection for NCCL.",
+        json_schema_extra={"default": {}},
+    )
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="NCCL_* (or any) env set on every pod; wins over trainop's tuned values.",
+    )
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy,
+        description="Restarts, deadlines, clean-up and suspension.",
+        json_schema_extra={"default": {}},
+    )
+
+    @field_validator("replica_specs")
+    @classmethod
+    def _known_roles(cls, value: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
+        unknown = sorted(set(value) - set(ROLES))
+        if unknown:
+            raise ValueError(f"unknown role {unknown[0]!r}: roles are {', '.join(ROLES)}")
+        if "Worker" not in value:
+            raise ValueError("a Worker role is required: add spec.replicaSpecs.Worker")
+        return value
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(r.replicas * r.gpus for r in self.replica_specs.values())
+
+    @property
+    def total_pods(self) -> int:
+        return sum(r.replicas for r in self.replica_specs.values())
+
+
+TRAININGJOB_SPEC_VALIDATIONS = [
+    _cel("self.framework.name != 'mpi' || 'Launcher' in self.replicaSpecs",
+         "an mpi job needs spec.replicaSpecs.Launcher (replicas: 1)", ".replicaSpecs"),  # fmt: skip
+    _cel("self.framework.name == 'mpi' || !('Launcher' in self.replicaSpecs)",
+         "Launcher is a role of mpi jobs only: remove spec.replicaSpecs.Launcher or use "
+         "framework mpi", ".replicaSpecs"),  # fmt: skip
+    _cel("self.framework.name == 'tensorflow' || !('Chief' in self.replicaSpecs || "
+         "'PS' in self.replicaSpecs || 'Evaluator' in self.replicaSpecs)",
+         "Chief, PS and Evaluator are roles of tensorflow jobs only", ".replicaSpecs"),  # fmt: skip
+    _cel("self.framework.name == 'mxnet' || !('Server' in self.replicaSpecs || "
+         "'Scheduler' in self.replicaSpecs)",
+         "Server and Scheduler are roles of mxnet jobs only", ".replicaSpecs"),  # fmt: skip
+    _cel("self.framework.name != 'mxnet' || ('Scheduler' in self.replicaSpecs && "
+         "'Server' in self.replicaSpecs)",
+         "an mxnet job needs spec.replicaSpecs.Scheduler and spec.replicaSpecs.Server",
+         ".replicaSpecs"),  # fmt: skip
+]
+
+
+class Condition(ApiModel):
+    type: str = Field(description="Condition type, e.g. Admitted, Running, Succeeded, Invalid.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase machine-readable reason.")
+    message: str = Field(default="", description="Human-readable sentence, with the fix.")
+    last_transition_time: str | None = Field(default=None, description="RFC 3339 time.")
+    observed_generation: int | None = Field(default=None, description="Generation it reflects.")
+
+
+class ReplicaStatus(ApiModel):
+    pending: int = Field(default=0, description="Pods not yet running (gated, unscheduled, starting).")
+    running: int = Field(default=0, description="Pods running.")
+    succeeded: int = Field(default=0, description="Pods exited 0.")
+    failed: int = Field(default=0, description="Pods exited non-zero.")
+
+
+class PlacementStatus(ApiModel):
+    level: str | None = Field(default=None, description="node | clique | rack | block | cluster.")
+    domain: str | None = Field(default=None, description="The domain holding the gang, e.g. rack-h100-a.")
+    nodes: list[str] = Field(default_factory=list, description="Nodes in rank order.")
+    span: dict[str, int] = Field(default_factory=dict, description="Distinct nodes/racks/blocks used.")
+    score: float | None = Field(default=None, description="Placement score (lower is better).")
+
+
+class TrainingJobStatus(ApiModel):
+    phase: Phase | None = Field(default=None, description="Summary of the conditions.")
+    conditions: list[Condition] = Field(default_factory=list, description="Lifecycle conditions.")
+    replica_statuses: dict[str, ReplicaStatus] = Field(
+        default_factory=dict, description="Pod counts per role."
+    )
+    gpus: int | None = Field(default=None, description="GPUs the job asks for in total.")
+    image: str | None = Field(default=None, description="The image the pods run.")
+    restart_count: int = Field(default=0, description="Gang restarts so far (not counting preemptions).")
+    start_time: str | None = Field(default=None, description="When the gang was first admitted.")
+    completion_time: str | None = Field(default=None, description="When the job finished.")
+    last_restart_time: str | None = Field(default=None, description="When the gang last restarted.")
+    observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
+    placement: PlacementStatus | None = Field(default=None, description="Where the gang landed.")
+    queue_position: int | None = Field(default=None, description="1-based position among pending jobs of its queue.")
+    pending_reason: str | None = Field(default=None, description="Quota | NoFit | Policy | Incompatible.")
+    pending_message: str | None = Field(default=None, description="Why the job waits, in one sentence.")

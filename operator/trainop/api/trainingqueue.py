@@ -1,0 +1,115 @@
+"""Pydantic models of the cluster-scoped TrainingQueue: tenants, GPU quotas, cohorts, policy."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trainop.api.base import ApiModel
+
+
+class NamespaceSelector(ApiModel):
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="Namespaces carrying all these labels are served."
+    )
+
+
+class GpuQuota(ApiModel):
+    products: list[str] = Field(
+        default_factory=list,
+        description="nvidia.com/gpu.product values this quota covers (a product group); "
+        "empty covers any product.",
+    )
+    name: str | None = Field(
+        default=None, description="Name of the product group in status and metrics, e.g. h100."
+    )
+    gpus: int = Field(ge=0, description="Nominal GPUs of these products this queue may use.")
+    borrowing_limit: int | None = Field(
+        default=None, ge=0, description="At most this many GPUs borrowed from the cohort; empty: no limit."
+    )
+
+
+class CudaRange(ApiModel):
+    min: str | None = Field(default=None, pattern=r"^\d+\.\d+$", description="Lowest CUDA allowed.")
+    max: str | None = Field(default=None, pattern=r"^\d+\.\d+$", description="Highest CUDA allowed.")
+
+
+class TenantPolicy(ApiModel):
+    allowed_image_prefixes: list[str] = Field(
+        default_factory=list,
+        description="Images must start with one of these (e.g. nvcr.io/nvidia/); empty allows any.",
+    )
+    allowed_frameworks: list[str] = Field(
+        default_factory=list, description="Frameworks allowed; empty allows all."
+    )
+    cuda: CudaRange | None = Field(default=None, description="CUDA versions allowed.")
+    max_gpus_per_job: int | None = Field(default=None, ge=1, description="Largest job, in GPUs.")
+    max_running_jobs: int | None = Field(default=None, ge=1, description="Admitted jobs at once.")
+    allow_privileged: bool = Field(default=False, description="Pod templates may be privileged.")
+    allow_host_network: bool = Field(default=False, description="Pod templates may use hostNetwork.")
+    allow_host_pid: bool = Field(default=False, description="Pod templates may use hostPID.")
+    allow_host_path: bool = Field(default=False, description="Pod templates may mount hostPath volumes.")
+    allowed_capabilities: list[str] = Field(
+        default_factory=list,
+        description="Linux capabilities templates may add (IPC_LOCK, which trainop adds for "
+        "RDMA itself, is always allowed).",
+    )
+
+
+class Preemption(ApiModel):
+    reclaim_within_cohort: bool = Field(
+        default=True,
+        description="A queue under its nominal quota preempts jobs of cohort members that "
+        "borrowed its GPUs.",
+    )
+    within_queue: Literal["Never", "LowerPriority"] = Field(
+        default="LowerPriority",
+        description="LowerPriority: a pending job preempts lower-priority jobs of the same queue.",
+    )
+
+
+class TrainingQueueSpec(ApiModel):
+    """Desired state of a TrainingQueue."""
+
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces served, by name.")
+    namespace_selector: NamespaceSelector | None = Field(
+        default=None, description="Namespaces served, by label."
+    )
+    default: bool = Field(
+        default=False,
+        description="Jobs in served namespaces that name no queue go to this one.",
+    )
+    quotas: list[GpuQuota] = Field(default_factory=list, description="GPU quotas per product group.")
+    cohort: str | None = Field(
+        default=None, description="Queues of one cohort lend each other idle quota."
+    )
+    weight: float = Field(default=1.0, gt=0, description="Fair-share weight across queues.")
+    backfill_wait_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="After the head job waited this long, smaller jobs may no longer jump it: "
+        "capacity is held for it.",
+    )
+    preemption: Preemption = Field(
+        default_factory=Preemption, description="Preemption policy.",
+        json_schema_extra={"default": {}},
+    )  # fmt: skip
+    policy: TenantPolicy = Field(
+        default_factory=TenantPolicy, description="Tenant policy.",
+        json_schema_extra={"default": {}},
+    )  # fmt: skip
+
+
+class ProductUsage(ApiModel):
+    name: str = Field(description="Product group name.")
+    quota: int = Field(default=0, description="Nominal GPUs.")
+    used: int = Field(default=0, description="GPUs of admitted jobs.")
+    borrowed: int = Field(default=0, description="GPUs used beyond the quota, lent by the cohort.")
+    pending: int = Field(default=0, description="GPUs asked by pending jobs.")
+
+
+class TrainingQueueStatus(ApiModel):
+    usage: list[ProductUsage] = Field(default_factory=list, description="Per product group.")
+    admitted_jobs: int = Field(default=0, description="Jobs admitted and not finished.")
+    pending_jobs: int = Field(default=0, description="Jobs waiting.")
