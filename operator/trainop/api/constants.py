@@ -66,3 +66,9 @@ ENV_PET_MASTER_ADDR = "PET_MASTER_ADDR"
 ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
 
 DEFAULT_MASTER_PORT = 29500
+
+# Pods carry their rank (placement order) for `kubectl get pods -L`, explain and tests.
+ANNOTATION_RANK = "trainop.dev/rank"
+# Where the `<job>-config` ConfigMap (framework files such as the MPI hostfile) is mounted.
+CONFIG_MOUNT_PATH = "/etc/trainop"
+ANNOTATION_FABRIC_PROFILE = "trainop.dev/fabric-profile"  # the FabricProfile that tuned the pod

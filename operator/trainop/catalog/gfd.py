@@ -34,7 +34,9 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class GpuFacts:
-    """What GFD tells about a node's GPUs; every field is None when its label is missing or malformed."""
+    """What GFD tells about a node's GPUs.
+
+    Every field is None when its label is missing or malformed."""
 
     product: str | None = None
     count: int | None = None
@@ -44,6 +46,9 @@ class GpuFacts:
     driver: tuple[int, ...] | None = None  # e.g. (550, 54, 14)
     cuda_runtime: tuple[int, int] | None = None  # highest CUDA the driver supports, e.g. (12, 4)
     clique: str | None = None
+    # the driver version as the labels spell it ("470.57.02"), for messages: `driver` drops
+    # leading zeros of the revision
+    driver_label: str | None = None
 
     @property
     def driver_text(self) -> str | None:
@@ -64,24 +69,32 @@ def _first(labels: Mapping[str, str], *keys: str) -> str | None:
 
 
 def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
-    """Parse GFD labels; the newer `cuda.driver-version.*` names win over the deprecated `cuda.driver.*`."""
+    """Parse GFD labels.
+
+    The newer `cuda.driver-version.*` names win over the deprecated `cuda.driver.*`."""
     labels = labels or {}
     product = _first(labels, c.GFD_PRODUCT)
     cmaj, cmin = _int(labels.get(c.GFD_COMPUTE_MAJOR)), _int(labels.get(c.GFD_COMPUTE_MINOR))
     cc = (cmaj, cmin if cmin is not None else 0) if cmaj is not None else None
 
     driver = parse_version(labels.get(c.GFD_DRIVER_FULL))
+    driver_label = labels.get(c.GFD_DRIVER_FULL, "").strip() if driver is not None else None
     if driver is None:
         dmaj = _int(_first(labels, c.GFD_DRIVER_MAJOR, c.GFD_DRIVER_MAJOR_OLD))
         if dmaj is not None:
             parts = [dmaj]
-            dmin = _int(_first(labels, c.GFD_DRIVER_MINOR, c.GFD_DRIVER_MINOR_OLD))
-            drev = _int(_first(labels, c.GFD_DRIVER_REVISION, c.GFD_DRIVER_REV_OLD))
-            if dmin is not None:
+            texts = [str(dmaj)]
+            dmin_s = _first(labels, c.GFD_DRIVER_MINOR, c.GFD_DRIVER_MINOR_OLD)
+            drev_s = _first(labels, c.GFD_DRIVER_REVISION, c.GFD_DRIVER_REV_OLD)
+            dmin, drev = _int(dmin_s), _int(drev_s)
+            if dmin is not None and dmin_s is not None:
                 parts.append(dmin)
-                if drev is not None:
+                texts.append(dmin_s.strip())
+                if drev is not None and drev_s is not None:
                     parts.append(drev)
+                    texts.append(drev_s.strip())
             driver = tuple(parts)
+            driver_label = ".".join(texts)
 
     rmaj = _int(_first(labels, c.GFD_RUNTIME_MAJOR, c.GFD_RUNTIME_MAJOR_OLD))
     rmin = _int(_first(labels, c.GFD_RUNTIME_MINOR, c.GFD_RUNTIME_MINOR_OLD))
@@ -96,4 +109,5 @@ def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
         driver=driver,
         cuda_runtime=runtime,
         clique=_first(labels, c.LABEL_GPU_CLIQUE),
+        driver_label=driver_label,
     )

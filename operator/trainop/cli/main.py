@@ -7,6 +7,7 @@ import click
 from trainop import __version__
 from trainop.cli.cluster import cluster
 from trainop.cli.generate import generate
+from trainop.cli.run import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 cli.add_command(cluster)
 cli.add_command(generate)
+cli.add_command(run)
 
 
 def main() -> None:

@@ -170,7 +170,13 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 resources_[c.RESOURCE_GPU] = str(cls.gpu.count)
             if cls.rdma:
                 resources_[cls.rdma.resource] = str(cls.rdma.count)
-            status: dict[str, Any] = {"allocatable": resources_, "capacity": dict(resources_)}
+            # Ready in the manifest too, so `trainop cluster fleet -o json` serves as the
+            # NODES file of `trainop render` without a cluster (KWOK rewrites it live).
+            status: dict[str, Any] = {
+                "allocatable": resources_,
+                "capacity": dict(resources_),
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            }
             if cls.images:
                 status["images"] = [{"names": [img], "sizeBytes": 20_000_000_000} for img in cls.images]
             nodes.append({

@@ -1,0 +1,563 @@
+"""The catalog's typed model: NGC releases, CUDA/driver tables, GPU products, image patterns.
+
+`load_catalog` reads the packaged `data/catalog.yaml` (or a given file), deep-merges
+overrides from Helm values / a ConfigMap on top, validates everything and returns a
+frozen `Catalog`. Neighbours: `images` (which tag to run), `compat` (can a node run
+it), `affinity` (the same rule for the scheduler), `table` (`trainop catalog`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from trainop.catalog.gfd import parse_version
+
+Version = tuple[int, ...]
+CudaVersion = tuple[int, int]
+
+_RELEASE_NAME = re.compile(r"^\d{2}\.\d{2}$")
+_TOP_KEYS = frozenset(
+    {
+        "schema",
+        "releases",
+        "cuda_min_driver",
+        "minor_version_compat",
+        "cuda_min_cc",
+        "gpus",
+        "images",
+    }
+)
+_RELEASE_FIELDS = frozenset(
+    {
+        "cuda",
+        "cudnn",
+        "nccl",
+        "python",
+        "min_driver",
+        "fc_branches",
+        "min_cc",
+        "frameworks",
+        "unconfirmed",
+    }
+)
+_GPU_FIELDS = frozenset({"cc", "family", "memory_mib", "data_center"})
+_IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until"})
+
+# GFD writes the product with spaces turned into '-'; older drivers omit the
+# "NVIDIA-" prefix and time-slicing appends "-SHARED" (cuda-and-gpus.yaml, gfd_labels).
+_PREFIX = "NVIDIA-"
+_SHARED = "-SHARED"
+
+
+class DottedVersion(tuple[int, ...]):
+    """A version that compares as its numbers but prints as written: '580.65.06' stays
+    '580.65.06' in messages although it compares as (580, 65, 6)."""
+
+    text: str
+
+    def __new__(cls, parts: Iterable[int], text: str) -> DottedVersion:
+        obj = super().__new__(cls, parts)
+        obj.text = text
+        return obj
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class CatalogError(ValueError):
+    """The catalog data (packaged file, a given file or the overrides) is invalid."""
+
+
+def version_text(v: Iterable[int]) -> str:
+    """As written in the catalog when known ('580.65.06'), else the numbers joined."""
+    if isinstance(v, DottedVersion):
+        return v.text
+    return ".".join(str(p) for p in v)
+
+
+def base_product(label: str) -> str:
+    """'NVIDIA-H100-80GB-HBM3-SHARED' -> 'H100-80GB-HBM3': the form products are compared in."""
+    if label.endswith(_SHARED):
+        label = label[: -len(_SHARED)]
+    if label.startswith(_PREFIX):
+        label = label[len(_PREFIX) :]
+    return label
+
+
+@dataclass(frozen=True)
+class Release:
+    """One NGC release YY.MM: what its images contain and what they need from a node."""
+
+    name: str  # "24.05"
+    cuda: Version  # (12, 4, 1)
+    min_driver: Version  # the branch the release notes ask for, e.g. (545,)
+    min_cc: CudaVersion  # lowest compute capability the release supports
+    fc_branches: tuple[Version, ...] = ()  # forward-compatible data-center branches, e.g. (470, 57)
+    frameworks: tuple[tuple[str, str], ...] = ()  # (("pytorch", "2.4.0a0"), ...)
+    cudnn: str | None = None
+    nccl: str | None = None
+    python: str | None = None
+    unconfirmed: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(24, 5) for '24.05': releases sort by this."""
+        yy, mm = self.name.split(".")
+        return int(yy), int(mm)
+
+    @property
+    def cuda_mm(self) -> CudaVersion:
+        """The CUDA major.minor the images are built with (what a node has to run)."""
+        return self.cuda[0], self.cuda[1] if len(self.cuda) > 1 else 0
+
+    @property
+    def cuda_text(self) -> str:
+        return version_text(self.cuda)
+
+    @property
+    def min_driver_text(self) -> str:
+        return version_text(self.min_driver)
+
+    @property
+    def min_cc_text(self) -> str:
+        return version_text(self.min_cc)
+
+    def version_of(self, framework_key: str) -> str | None:
+        """Version of a framework (a `ships` key such as 'paddlepaddle') inside this release."""
+        for name, version in self.frameworks:
+            if name == framework_key:
+                return version
+        return None
+
+    def is_unconfirmed(self, what: str) -> bool:
+        return what in self.unconfirmed
+
+
+@dataclass(frozen=True)
+class GpuProduct:
+    """A GPU model as GFD labels it."""
+
+    label: str
+    cc: CudaVersion
+    family: str | None = None
+    memory_mib: int | None = None
+    data_center: bool = False
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """How one spec.framework.name maps to an NGC image repository and tag."""
+
+    framework: str  # spec.framework.name: pytorch|tensorflow|jax|mpi|paddle|mxnet
+    ships: str  # key of Release.frameworks whose version the image carries
+    repository: str  # nvcr.io/nvidia/pytorch
+    tag: str  # "{release}-py3"
+    since: tuple[int, int] | None = None
+    until: tuple[int, int] | None = None
+
+    def image_for(self, release: Release) -> str:
+        return f"{self.repository}:{self.tag.format(release=release.name)}"
+
+    def available_in(self, release: Release) -> bool:
+        if release.version_of(self.ships) is None:
+            return False
+        if self.since is not None and release.key < self.since:
+            return False
+        return not (self.until is not None and release.key > self.until)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything trainop knows about NGC images, CUDA, drivers and GPUs. Immutable."""
+
+    releases: tuple[Release, ...]  # oldest first
+    cuda_min_driver: tuple[tuple[CudaVersion, Version], ...]  # sorted by CUDA
+    minor_version_compat: tuple[tuple[int, Version], ...]  # CUDA major -> min driver
+    cuda_min_cc: tuple[tuple[int, CudaVersion], ...]  # CUDA major -> min compute capability
+    gpus: tuple[GpuProduct, ...]
+    images: tuple[ImageSpec, ...]
+
+    @functools.cached_property
+    def _by_base(self) -> Mapping[str, GpuProduct]:
+        return {base_product(g.label): g for g in self.gpus}
+
+    # --- releases and images ---
+    def release(self, name: str) -> Release | None:
+        for r in self.releases:
+            if r.name == name:
+                return r
+        return None
+
+    def frameworks(self) -> tuple[str, ...]:
+        return tuple(i.framework for i in self.images)
+
+    def image_spec(self, framework: str) -> ImageSpec | None:
+        """By spec.framework.name; the shipped name ('paddlepaddle') is accepted too."""
+        for i in self.images:
+            if i.framework == framework:
+                return i
+        for i in self.images:
+            if i.ships == framework:
+                return i
+        return None
+
+    def releases_for(self, framework: str) -> tuple[Release, ...]:
+        """Releases with an image for this framework, oldest first."""
+        spec = self.image_spec(framework)
+        if spec is None:
+            return ()
+        return tuple(r for r in self.releases if spec.available_in(r))
+
+    # --- CUDA / driver tables ---
+    def min_driver_for_cuda(self, cuda: CudaVersion) -> Version | None:
+        """Driver that runs CUDA major.minor natively; a missing minor (12.7) takes the next one
+        of the same major, since a driver that runs 12.8 runs 12.7. None beyond the table."""
+        for c, d in self.cuda_min_driver:
+            if c[0] == cuda[0] and c >= cuda:
+                return d
+        return None
+
+    def minor_compat_driver(self, cuda_major: int) -> Version | None:
+        for major, d in self.minor_version_compat:
+            if major == cuda_major:
+                return d
+        return None
+
+    def max_cuda_for_driver(self, driver: Version) -> CudaVersion | None:
+        """Newest CUDA a driver runs natively, from the toolkit/driver table."""
+        best: CudaVersion | None = None
+        for c, d in self.cuda_min_driver:
+            if driver >= d:
+                best = c
+        return best
+
+    def min_cc_for_cuda(self, cuda_major: int) -> CudaVersion | None:
+        """Lowest compute capability a CUDA major builds for; a major past the table inherits
+        the newest entry below it (architectures are only ever dropped)."""
+        best: CudaVersion | None = None
+        for major, cc in self.cuda_min_cc:
+            if major <= cuda_major:
+                best = cc
+        return best
+
+    # --- GPU products ---
+    def gpu(self, product: str | None) -> GpuProduct | None:
+        if not product:
+            return None
+        return self._by_base.get(base_product(product))
+
+    def is_data_center(self, product: str | None) -> bool:
+        g = self.gpu(product)
+        return bool(g and g.data_center)
+
+    def data_center_labels(self) -> tuple[str, ...]:
+        """Every nvidia.com/gpu.product value `is_data_center` accepts (for node affinity)."""
+        out: set[str] = set()
+        for g in self.gpus:
+            if not g.data_center:
+                continue
+            base = base_product(g.label)
+            for name in (base, _PREFIX + base):
+                out.update((name, name + _SHARED))
+        return tuple(sorted(out))
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Deep merge: mappings merge per key, a None value removes the key, anything else replaces."""
+    if isinstance(base, Mapping) and isinstance(over, Mapping):
+        out = dict(base)
+        for k, v in over.items():
+            if v is None:
+                out.pop(k, None)
+            elif k in out:
+                out[k] = _merge(out[k], v)
+            else:
+                out[k] = _drop_nones(v)
+        return out
+    return _drop_nones(over)
+
+
+def _drop_nones(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _drop_nones(x) for k, x in v.items() if x is not None}
+    return copy.deepcopy(v)
+
+
+def _version(where: str, value: Any, *, parts: int | None = None) -> Version:
+    if not isinstance(value, str):
+        raise CatalogError(
+            f"{where}: expected a quoted version string, got {value!r} "
+            f"(unquoted YAML numbers lose digits: 12.10 reads as 12.1)"
+        )
+    v = parse_version(value)
+    if v is None or (parts is not None and len(v) != parts):
+        shape = "X.Y" if parts == 2 else "a dotted version such as 550.54.14"
+        raise CatalogError(f"{where}: expected {shape}, got {value!r}")
+    return DottedVersion(v, value.strip())
+
+
+def _cc(where: str, value: Any) -> CudaVersion:
+    v = _version(where, value, parts=2)
+    return v[0], v[1]
+
+
+def _mapping(where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise CatalogError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _str(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise CatalogError(f"{where}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _unknown(where: str, data: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    extra = sorted(str(k) for k in data if k not in allowed)
+    if extra:
+        raise CatalogError(
+            f"{where}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _release_name(where: str, key: Any) -> str:
+    if not isinstance(key, str) or not _RELEASE_NAME.match(key):
+        raise CatalogError(f"{where}: release {key!r} must be a quoted 'YY.MM' string")
+    return key
+
+
+def _major_key(where: str, key: Any) -> int:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.isdigit():
+        return int(key)
+    raise CatalogError(f"{where}: key {key!r} must be a CUDA major version such as '12'")
+
+
+def _release(name: str, data: Any) -> Release:
+    where = f"releases[{name!r}]"
+    d = _mapping(where, data)
+    _unknown(where, d, _RELEASE_FIELDS)
+    for req in ("cuda", "min_driver", "min_cc", "frameworks"):
+        if req not in d:
+            raise CatalogError(f"{where}.{req}: required")
+    cuda = _version(f"{where}.cuda", d["cuda"])
+    if len(cuda) < 2:
+        raise CatalogError(f"{where}.cuda: expected major.minor[.patch], got {d['cuda']!r}")
+    fc_raw = d.get("fc_branches", [])
+    if not isinstance(fc_raw, list):
+        raise CatalogError(
+            f"{where}.fc_branches: expected a list of driver branches, got {fc_raw!r}"
+        )
+    fc = tuple(_version(f"{where}.fc_branches[{i}]", b) for i, b in enumerate(fc_raw))
+    fws = _mapping(f"{where}.frameworks", d["frameworks"])
+    if not fws:
+        raise CatalogError(f"{where}.frameworks: at least one framework is required")
+    frameworks = tuple(sorted((str(k), _str(f"{where}.frameworks.{k}", v)) for k, v in fws.items()))
+    unc_raw = d.get("unconfirmed", [])
+    if not isinstance(unc_raw, list):
+        raise CatalogError(f"{where}.unconfirmed: expected a list of field names, got {unc_raw!r}")
+    allowed_unc = (_RELEASE_FIELDS - {"unconfirmed", "frameworks"}) | {k for k, _ in frameworks}
+    for u in unc_raw:
+        if not isinstance(u, str) or u not in allowed_unc:
+            raise CatalogError(
+                f"{where}.unconfirmed: {u!r} is neither a release field "
+                f"nor a framework of this release"
+            )
+    opt = {}
+    for k in ("cudnn", "nccl", "python"):
+        if k in d:
+            opt[k] = _str(f"{where}.{k}", d[k])
+    return Release(
+        name=name,
+        cuda=cuda,
+        min_driver=_version(f"{where}.min_driver", d["min_driver"]),
+        min_cc=_cc(f"{where}.min_cc", d["min_cc"]),
+        fc_branches=fc,
+        frameworks=frameworks,
+        unconfirmed=frozenset(unc_raw),
+        **opt,
+    )
+
+
+def _gpu(label: Any, data: Any) -> GpuProduct:
+    where = f"gpus[{label!r}]"
+    label = _str("gpus", label)
+    d = _mapping(where, data)
+    _unknown(where, d, _GPU_FIELDS)
+    if "cc" not in d:
+        raise CatalogError(f"{where}.cc: required")
+    mem = d.get("memory_mib")
+    if mem is not None and (not isinstance(mem, int) or isinstance(mem, bool) or mem <= 0):
+        raise CatalogError(f"{where}.memory_mib: expected a positive integer, got {mem!r}")
+    dc = d.get("data_center", False)
+    if not isinstance(dc, bool):
+        raise CatalogError(f"{where}.data_center: expected true or false, got {dc!r}")
+    fam = d.get("family")
+    return GpuProduct(
+        label=label,
+        cc=_cc(f"{where}.cc", d["cc"]),
+        family=_str(f"{where}.family", fam) if fam is not None else None,
+        memory_mib=mem,
+        data_center=dc,
+    )
+
+
+def _image(framework: Any, data: Any, shipped: set[str]) -> ImageSpec:
+    where = f"images[{framework!r}]"
+    framework = _str("images", framework)
+    d = _mapping(where, data)
+    _unknown(where, d, _IMAGE_FIELDS)
+    for req in ("ships", "repository", "tag"):
+        if req not in d:
+            raise CatalogError(f"{where}.{req}: required")
+    ships = _str(f"{where}.ships", d["ships"])
+    if ships not in shipped:
+        raise CatalogError(f"{where}.ships: no release lists framework {ships!r}")
+    tag = _str(f"{where}.tag", d["tag"])
+    if "{release}" not in tag:
+        raise CatalogError(f"{where}.tag: must contain '{{release}}', got {tag!r}")
+    try:
+        tag.format(release="00.00")
+    except (KeyError, IndexError, ValueError) as e:
+        raise CatalogError(f"{where}.tag: only '{{release}}' may be substituted ({e})") from None
+    bounds: dict[str, tuple[int, int]] = {}
+    for k in ("since", "until"):
+        if k in d:
+            rn = _release_name(f"{where}.{k}", d[k])
+            yy, mm = rn.split(".")
+            bounds[k] = (int(yy), int(mm))
+    return ImageSpec(
+        framework=framework,
+        ships=ships,
+        repository=_str(f"{where}.repository", d["repository"]),
+        tag=tag,
+        since=bounds.get("since"),
+        until=bounds.get("until"),
+    )
+
+
+def catalog_from_data(data: Any) -> Catalog:
+    """Validate a catalog document (already merged) into a `Catalog`; raises `CatalogError`."""
+    d = _mapping("catalog", data)
+    _unknown("catalog", d, _TOP_KEYS)
+    for req in ("releases", "cuda_min_driver", "images"):
+        if req not in d:
+            raise CatalogError(f"catalog.{req}: required")
+
+    rel_map = _mapping("releases", d["releases"])
+    if not rel_map:
+        raise CatalogError("releases: at least one release is required")
+    releases = sorted(
+        (_release(_release_name("releases", k), v) for k, v in rel_map.items()), key=lambda r: r.key
+    )
+
+    cmd: list[tuple[CudaVersion, Version]] = []
+    for k, v in _mapping("cuda_min_driver", d["cuda_min_driver"]).items():
+        if not isinstance(k, str):
+            raise CatalogError(f"cuda_min_driver: key {k!r} must be a quoted 'X.Y' string")
+        cmd.append(
+            (_cc(f"cuda_min_driver[{k!r}] (key)", k), _version(f"cuda_min_driver[{k!r}]", v))
+        )
+    cmd.sort()
+
+    mvc: list[tuple[int, Version]] = []
+    for k, v in _mapping("minor_version_compat", d.get("minor_version_compat", {})).items():
+        major = _major_key("minor_version_compat", k)
+        entry = _mapping(f"minor_version_compat[{k!r}]", v)
+        _unknown(f"minor_version_compat[{k!r}]", entry, frozenset({"min_driver"}))
+        if "min_driver" not in entry:
+            raise CatalogError(f"minor_version_compat[{k!r}].min_driver: required")
+        mvc.append(
+            (major, _version(f"minor_version_compat[{k!r}].min_driver", entry["min_driver"]))
+        )
+    mvc.sort()
+
+    mcc: list[tuple[int, CudaVersion]] = []
+    for k, v in _mapping("cuda_min_cc", d.get("cuda_min_cc", {})).items():
+        mcc.append((_major_key("cuda_min_cc", k), _cc(f"cuda_min_cc[{k!r}]", v)))
+    mcc.sort()
+
+    gpus = tuple(_gpu(k, v) for k, v in _mapping("gpus", d.get("gpus", {})).items())
+    seen: dict[str, str] = {}
+    for g in gpus:
+        b = base_product(g.label)
+        if b in seen:
+            raise CatalogError(f"gpus[{g.label!r}]: same product as {seen[b]!r}")
+        seen[b] = g.label
+
+    shipped = {k for r in releases for k, _ in r.frameworks}
+    images = tuple(_image(k, v, shipped) for k, v in _mapping("images", d["images"]).items())
+    if not images:
+        raise CatalogError("images: at least one framework image is required")
+    known = {i.ships for i in images}
+    for r in releases:
+        for k, _ in r.frameworks:
+            if k not in known:
+                raise CatalogError(
+                    f"releases[{r.name!r}].frameworks.{k}: no image in `images` ships {k!r}"
+                )
+
+    return Catalog(
+        releases=tuple(releases),
+        cuda_min_driver=tuple(cmd),
+        minor_version_compat=tuple(mvc),
+        cuda_min_cc=tuple(mcc),
+        gpus=gpus,
+        images=images,
+    )
+
+
+_PACKAGED = "trainop/catalog/data/catalog.yaml"
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: 10x faster
+
+
+def _read(path: str | None) -> Any:
+    try:
+        if path is None:
+            text = (resources.files("trainop.catalog") / "data" / "catalog.yaml").read_text("utf-8")
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        return yaml.load(text, Loader=_Loader)  # a safe loader, C or pure Python
+    except OSError as e:
+        raise CatalogError(f"cannot read catalog {path or _PACKAGED}: {e}") from None
+    except yaml.YAMLError as e:
+        raise CatalogError(f"catalog {path or _PACKAGED} is not valid YAML: {e}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged_data() -> Any:
+    # shared between loads: neither _merge nor catalog_from_data mutates its input
+    return _read(None)
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged() -> Catalog:
+    return catalog_from_data(_packaged_data())
+
+
+def load_catalog(path: str | None = None, overrides: Mapping[str, Any] | None = None) -> Catalog:
+    """Load the catalog (the packaged file by default) with `overrides` deep-merged on top.
+
+    Overrides have the file's shape; mappings merge key by key, lists and scalars
+    replace, and a null removes a key. Raises `CatalogError` naming the bad key.
+    """
+    if path is None and not overrides:
+        return _packaged()  # immutable, so the parsed default is shared
+    data = _packaged_data() if path is None else _read(path)
+    if overrides:
+        data = _merge(_mapping("catalog", data), _mapping("overrides", overrides))
+    return catalog_from_data(data)

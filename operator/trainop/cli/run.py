@@ -1,0 +1,61 @@
+"""`trainop run`: starts the operator (kopf) with metrics and health endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import click
+
+
+@click.command("run")
+@click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig (in-cluster credentials win).")
+@click.option("--namespace", "namespaces", multiple=True,
+              help="Watch only these namespaces (repeatable); default: cluster-wide.")  # fmt: skip
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              help="Operator config YAML (topology levels, fabric profiles, catalog overrides).")  # fmt: skip
+@click.option("--metrics-port", type=int, default=8080, show_default=True, help="Port of /metrics.")
+@click.option("--health-port", type=int, default=8081, show_default=True,
+              help="Port of the liveness endpoint /healthz.")  # fmt: skip
+@click.option("--restart-backoff-seconds", type=float, default=10.0, show_default=True,
+              help="First gang-restart delay; doubles per restart.")  # fmt: skip
+@click.option("--restart-backoff-max-seconds", type=float, default=300.0, show_default=True)
+@click.option("--verbose", is_flag=True, help="Debug logging.")
+def run(kubeconfig: str | None, namespaces: tuple[str, ...], config_path: str | None, metrics_port: int,
+        health_port: int, restart_backoff_seconds: float, restart_backoff_max_seconds: float,
+        verbose: bool) -> None:  # fmt: skip
+    """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
+    import dataclasses
+
+    import kopf
+    from prometheus_client import start_http_server
+
+    from trainop.handlers import operator as handlers
+    from trainop.kube.client import load_kube_config
+    from trainop.planner import OperatorConfig
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    load_kube_config(kubeconfig)
+    config = OperatorConfig()
+    if config_path:
+        from trainop.config import load_operator_config
+
+        config = load_operator_config(config_path)
+    handlers.Runtime.config = dataclasses.replace(
+        config,
+        restart_backoff_seconds=restart_backoff_seconds,
+        restart_backoff_max_seconds=restart_backoff_max_seconds,
+    )
+    start_http_server(metrics_port)
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
+            standalone=True,
+        )
+    )

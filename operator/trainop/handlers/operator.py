@@ -1,0 +1,228 @@
+"""kopf handlers: indexes of nodes/pods/jobs, the job reconcile loop, settings; a thin shell.
+
+Every trigger (job event, pod event, timer, requeue) funnels into `reconcile_job`, which
+takes a per-job lock, builds the inputs from in-memory indexes (no API reads on the hot
+path), calls the pure `trainop.reconcile.reconcile`, and applies the Actions through
+`trainop.kube.client.KubeApi`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from trainop import metrics
+from trainop.api import constants as c
+from trainop.inventory import build_snapshot
+from trainop.kube.client import KubeApi
+from trainop.planner import OperatorConfig
+from trainop.reconcile import Actions, reconcile
+
+log = logging.getLogger("trainop.operator")
+
+JOBS = "trainingjobs.trainop.dev"
+
+
+class Runtime:
+    """Process-wide state the handlers share; set up by `trainop run` before kopf starts."""
+
+    config: OperatorConfig = OperatorConfig()
+    resync_seconds: float = 10.0
+    api: KubeApi | None = None
+    locks: dict[tuple[str, str], asyncio.Lock] = {}
+    # Last job body we wrote (status patch result): newer than the index until the watch
+    # catches up, and must win so a restart count is never read stale.
+    written: dict[tuple[str, str], dict[str, Any]] = {}
+    requeued: dict[tuple[str, str], asyncio.TimerHandle] = {}
+
+
+def _slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return copy.deepcopy({
+        "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+        "spec": {"taints": spec.get("taints") or [], "unschedulable": spec.get("unschedulable", False)},
+        "status": {k: status.get(k) for k in ("allocatable", "capacity", "conditions", "images")
+                   if status.get(k) is not None},
+    })  # fmt: skip
+
+
+def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return copy.deepcopy({
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations",
+                                              "deletionTimestamp", "ownerReferences", "uid")},
+        "spec": {k: spec.get(k) for k in ("nodeName", "containers", "initContainers", "overhead",
+                                          "affinity", "schedulingGates", "nodeSelector")},
+        "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
+    })  # fmt: skip
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md).
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = 16
+    Runtime.api = KubeApi()
+
+
+@kopf.index("nodes")
+def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: _slim_node(body)}
+
+
+@kopf.index("pods")
+def pod_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(namespace, name): _slim_pod(body)}
+
+
+@kopf.index(JOBS)
+def job_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(namespace, name): copy.deepcopy(dict(body))}
+
+
+def _values(index: kopf.Index[Any, Any]) -> list[dict[str, Any]]:
+    return [v for _, store in index.items() for v in store]
+
+
+def _rv(body: Mapping[str, Any] | None) -> int:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _current_body(key: tuple[str, str], job_index: kopf.Index[Any, Any]) -> dict[str, Any] | None:
+    stored = list(job_index.get(key, []))
+    indexed = stored[0] if stored else None
+    written = Runtime.written.get(key)
+    if indexed is None:
+        return None  # deleted
+    if written is not None and written["metadata"].get("uid") == indexed["metadata"].get("uid") and (
+        _rv(written) > _rv(indexed)
+    ):
+        return written
+    return indexed
+
+
+def _requeue(key: tuple[str, str], delay: float, indexes: dict[str, Any]) -> None:
+    """Run the reconcile again after `delay` unless something else runs it first."""
+    if delay >= Runtime.resync_seconds:
+        return  # the timer covers it
+    loop = asyncio.get_running_loop()
+    old = Runtime.requeued.pop(key, None)
+    if old is not None:
+        old.cancel()
+    Runtime.requeued[key] = loop.call_later(
+        max(delay, 0.2), lambda: asyncio.ensure_future(reconcile_job(key, **indexes))
+    )
+
+
+async def reconcile_job(key: tuple[str, str], *, node_index: kopf.Index[Any, Any],
+                        pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any]) -> None:  # fmt: skip
+    lock = Runtime.locks.setdefault(key, asyncio.Lock())
+    async with lock:
+        body = _current_body(key, job_index)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        started = time.monotonic()
+        try:
+            acts = await _reconcile_once(key, body, node_index, pod_index)
+        except Exception:
+            metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
+            log.exception("reconcile of %s/%s failed", *key)
+            acts = None
+        finally:
+            metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(time.monotonic() - started)
+    if acts is not None and acts.requeue_after is not None:
+        _requeue(key, acts.requeue_after,
+                 {"node_index": node_index, "pod_index": pod_index, "job_index": job_index})  # fmt: skip
+
+
+async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], node_index: kopf.Index[Any, Any],
+                          pod_index: kopf.Index[Any, Any]) -> Actions:  # fmt: skip
+    ns, name = key
+    uid = body["metadata"].get("uid")
+    all_pods = _values(pod_index)
+    mine = [p for p in all_pods if p["metadata"].get("namespace") == ns
+            and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == name
+            and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])]  # fmt: skip
+
+    def snapshot():  # type: ignore[no-untyped-def]
+        return build_snapshot(_values(node_index), all_pods, levels=Runtime.config.topology_levels)
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    acts = reconcile(body, mine, snapshot, Runtime.config, now)
+    await _apply(ns, name, body, acts)
+    return acts
+
+
+async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
+    api = Runtime.api
+    assert api is not None
+    for pod in acts.delete_pods:
+        await asyncio.to_thread(api.delete_pod, ns, pod)
+    for obj in acts.create:
+        await asyncio.to_thread(api.create, obj)
+    for pod in acts.ungate:
+        await asyncio.to_thread(api.ungate_pod, ns, pod, [])
+    old_status = body.get("status") or {}
+    if acts.status and acts.status != old_status:
+        written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)
+        if written is not None:
+            Runtime.written[(ns, name)] = written
+        old_phase, new_phase = old_status.get("phase"), acts.status.get("phase")
+        if new_phase and new_phase != old_phase:
+            metrics.observe_transition(body, old_phase, new_phase, acts.status)
+    for etype, reason, message in acts.events:
+        kopf.event(body, type=etype, reason=reason, message=message[:1000])
+    if acts.delete_job:
+        await asyncio.to_thread(api.delete_job, ns, name)
+
+
+@kopf.on.event(JOBS)
+async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, node_index: kopf.Index[Any, Any],
+                       pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+    if event.get("type") == "DELETED":
+        Runtime.written.pop((namespace, name), None)
+        metrics.forget_job(namespace, name)
+        return
+    await reconcile_job((namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index)
+
+
+@kopf.on.event("pods", labels={c.LABEL_JOB_NAME: kopf.PRESENT})
+async def on_pod_event(labels: Mapping[str, str], namespace: str, node_index: kopf.Index[Any, Any],
+                       pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+    key = (namespace, labels[c.LABEL_JOB_NAME])
+    if key in job_index:
+        await reconcile_job(key, node_index=node_index, pod_index=pod_index, job_index=job_index)
+
+
+@kopf.timer(JOBS, interval=10.0, sharp=False)
+async def resync(namespace: str, name: str, node_index: kopf.Index[Any, Any],
+                 pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+    """Level-based safety net: every job is looked at again even if no event arrives."""
+    await reconcile_job((namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index)
+
+
+@kopf.on.delete(JOBS)
+async def on_job_delete(namespace: str, name: str, **_: Any) -> None:
+    """Delete the pods at once (garbage collection would too, later) so GPUs free up fast."""
+    api = Runtime.api
+    assert api is not None
+    for pod in await asyncio.to_thread(api.list_job_pods, namespace, name):
+        await asyncio.to_thread(api.delete_pod, namespace, pod["metadata"]["name"])
+    Runtime.written.pop((namespace, name), None)

@@ -1,0 +1,246 @@
+"""Builds the Kubernetes objects of a planned job (pods, headless Service, ConfigMap) as plain dicts."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainop.api import constants as c
+
+TRAINER_CONTAINER = "trainer"
+SHM_VOLUME = "dshm"
+CONFIG_VOLUME = "trainop-config"
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Identity of the owning TrainingJob (for names, labels and ownerReferences)."""
+
+    name: str
+    namespace: str
+    uid: str
+    api_version: str = c.API_VERSION
+    kind: str = "TrainingJob"
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """Everything that differs between the pods of one job."""
+
+    role: str
+    index: int
+    rank: int | None
+    gpus: int
+    node: str | None  # pinned node; None for CPU roles left to the scheduler
+    image: str
+    env: Mapping[str, str]
+    ports: tuple[int, ...] = ()
+    rdma_resources: Mapping[str, int] = field(default_factory=dict)
+    capabilities: tuple[str, ...] = ()
+    shm_size: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    command_prefix: tuple[str, ...] = ()
+    compat_terms: tuple[Mapping[str, Any], ...] = ()  # nodeSelectorTerms the node must meet
+    mount_config: bool = False
+
+
+def pod_name(job: str, role: str, index: int) -> str:
+    return f"{job}-{role.lower()}-{index}"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {c.LABEL_JOB_NAME: job, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+def replica_labels(job: str, role: str, index: int) -> dict[str, str]:
+    return {
+        **job_labels(job),
+        c.LABEL_REPLICA_TYPE: role.lower(),
+        c.LABEL_REPLICA_INDEX: str(index),
+    }
+
+
+def _merge_env(generated: Mapping[str, str], user: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Generated env first, then the user's; a user entry with the same name wins in place."""
+    user_by_name = {e.get("name"): e for e in user if isinstance(e, Mapping)}
+    out: list[dict[str, Any]] = []
+    for name, value in generated.items():
+        out.append(dict(user_by_name.pop(name)) if name in user_by_name else {"name": name, "value": value})
+    out.extend(dict(e) for e in user if isinstance(e, Mapping) and e.get("name") in user_by_name)
+    return out
+
+
+def _merge_resources(container: dict[str, Any], extra: Mapping[str, int]) -> None:
+    """Add extended resources to limits and requests without dropping the user's cpu/memory."""
+    if not extra:
+        return
+    res = container.setdefault("resources", {})
+    for section in ("limits", "requests"):
+        bucket = res.setdefault(section, {})
+        for name, count in extra.items():
+            bucket[name] = str(count)
+
+
+def _pin_terms(node: str | None, compat: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """nodeSelectorTerms: the pin AND-ed into every compatibility term (terms are OR-ed)."""
+    pin = [{"key": c.LABEL_HOSTNAME, "operator": "In", "values": [node]}] if node else []
+    if not compat:
+        return [{"matchExpressions": pin}] if pin else []
+    terms = []
+    for term in compat:
+        exprs = [*pin, *copy.deepcopy(list(term.get("matchExpressions", [])))]
+        terms.append({"matchExpressions": exprs})
+    return terms
+
+
+def build_pod(
+    job: JobRef,
+    plan: PodPlan,
+    template: Mapping[str, Any],
+    *,
+    gang_generation: int,
+    priority_class_name: str | None = None,
+    gated: bool = True,
+    config_map: str | None = None,
+) -> dict[str, Any]:
+    """One pod: the user's PodTemplateSpec with trainop's fields merged in."""
+    tmpl = copy.deepcopy(dict(template or {}))
+    meta_t = tmpl.get("metadata") or {}
+    spec: dict[str, Any] = copy.deepcopy(tmpl.get("spec") or {})
+    name = pod_name(job.name, plan.role, plan.index)
+
+    labels = {**(meta_t.get("labels") or {}), **replica_labels(job.name, plan.role, plan.index)}
+    annotations = {
+        **(meta_t.get("annotations") or {}),
+        **plan.annotations,
+        c.ANNOTATION_RESTART_COUNT: str(gang_generation),
+    }
+    if plan.rank is not None:
+        annotations[c.ANNOTATION_RANK] = str(plan.rank)
+
+    containers = [dict(x) for x in spec.get("containers") or []]
+    if not containers:
+        containers = [{"name": TRAINER_CONTAINER}]
+    main = containers[0]  # the first container is the trainer; sidecars are left alone
+    main.setdefault("name", TRAINER_CONTAINER)
+    main["image"] = main.get("image") or plan.image
+    main["env"] = _merge_env(plan.env, main.get("env") or [])
+    if plan.command_prefix and main.get("command"):
+        main["command"] = [*plan.command_prefix, *main["command"]]
+    gpu_and_rdma = {c.RESOURCE_GPU: plan.gpus, **plan.rdma_resources} if plan.gpus else {}
+    _merge_resources(main, gpu_and_rdma)
+    if plan.ports:
+        existing = {p.get("containerPort") for p in main.get("ports") or []}
+        main["ports"] = [*(main.get("ports") or []),
+                         *({"containerPort": p, "name": f"trainop-{i}"}
+                           for i, p in enumerate(plan.ports) if p not in existing)]  # fmt: skip
+    if plan.capabilities:
+        sc = main.setdefault("securityContext", {})
+        caps = sc.setdefault("capabilities", {})
+        caps["add"] = sorted({*caps.get("add", []), *plan.capabilities})
+    mounts = list(main.get("volumeMounts") or [])
+    volumes = list(spec.get("volumes") or [])
+    if plan.shm_size:
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}})
+    if plan.mount_config and config_map:
+        mounts.append({"name": CONFIG_VOLUME, "mountPath": c.CONFIG_MOUNT_PATH, "readOnly": True})
+        volumes.append({"name": CONFIG_VOLUME, "configMap": {"name": config_map}})
+    if mounts:
+        main["volumeMounts"] = mounts
+    if volumes:
+        spec["volumes"] = volumes
+    containers[0] = main
+    spec["containers"] = containers
+
+    # Restarts are decided per gang by the operator, never per pod by the kubelet.
+    spec["restartPolicy"] = "Never"
+    spec["hostname"] = name
+    spec["subdomain"] = job.name
+    if priority_class_name:
+        spec["priorityClassName"] = priority_class_name
+    if plan.gpus:
+        tolerations = list(spec.get("tolerations") or [])
+        if not any(t.get("key") == c.RESOURCE_GPU for t in tolerations):
+            tolerations.append({"key": c.RESOURCE_GPU, "operator": "Exists", "effect": "NoSchedule"})
+        spec["tolerations"] = tolerations
+    terms = _pin_terms(plan.node, plan.compat_terms)
+    if terms:
+        affinity = spec.setdefault("affinity", {})
+        node_aff = affinity.setdefault("nodeAffinity", {})
+        node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": terms}
+    if gated:
+        gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != c.SCHEDULING_GATE]
+        spec["schedulingGates"] = [*gates, {"name": c.SCHEDULING_GATE}]
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": spec,
+    }
+    pod["metadata"]["annotations"][c.ANNOTATION_SPEC_HASH] = spec_hash(pod)
+    return pod
+
+
+def spec_hash(obj: Mapping[str, Any]) -> str:
+    """A short digest of what trainop generated, so drift can be seen without a deep diff."""
+    body = {"spec": obj.get("spec"), "labels": obj.get("metadata", {}).get("labels")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_service(job: JobRef, ports: Sequence[int]) -> dict[str, Any]:
+    """The headless Service `<job>` that gives every pod a stable DNS name."""
+    svc_ports = [{"name": f"p{p}", "port": p, "targetPort": p, "protocol": "TCP"}
+                 for p in sorted(set(ports))] or [{"name": "none", "port": 1, "targetPort": 1}]  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {c.LABEL_JOB_NAME: job.name},
+            # Peers must resolve each other before they are Ready (rendezvous happens first).
+            "publishNotReadyAddresses": True,
+            "ports": svc_ports,
+        },
+    }
+
+
+def build_config_map(job: JobRef, name: str, files: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "data": dict(sorted(files.items())),
+    }

@@ -1,0 +1,599 @@
+"""Gang placement on the topology tree: smallest domain that fits, best-fit packing, topology ranks.
+
+Neighbours: reads inventory.Snapshot; the planner turns a Placement into pinned pods and
+torchrun/TF_CONFIG ranks; queueing calls place() on what-if snapshots; the CLI prints NoFit.
+
+Algorithm. Nodes that are schedulable, have GPUs, match gpu_products and pass node_filter are
+eligible; those with free GPUs form a tree (cluster > block > rack > clique > node, from the
+snapshot's topology paths). Levels are tried from the smallest: one node, one NVLink clique, one
+rack, one block, the cluster; Required stops at the requested level, Preferred goes on and says
+so. At a level, the domains that could hold the gang (enough free GPUs, and for every replica
+size s at least as many s-GPU slots, sum(floor(free/s)), as replicas of size >= s) are tried in
+best-fit order: least free GPUs left over, then more eligible nodes already holding the image,
+then path. Inside a domain replicas are packed largest first. Among sibling sub-domains (racks
+of a block, cliques of a rack) a child that can take everything left is chosen best-fit; if none
+can, the child with the most room is filled first, which keeps the number of racks/blocks
+crossed minimal (Kueue's topology-aware scheduling does the same). Among the nodes of one
+rack or clique each replica goes best-fit: the node with the fewest free GPUs that still fit,
+preferring nodes the gang already uses, then nodes holding the image, then name; nodes are thus
+filled whole and 2 x 4 shares one 8-GPU node. Greedy throughout: no backtracking beyond retrying
+the next best-fit child, so a 64 x 8 gang on 1000 nodes takes milliseconds.
+
+Ranks. Replica indices and ranks follow the topology path (block, rack, clique, node, then node
+name), so replicas sharing a node get contiguous ranks and neighbours in the ring are neighbours
+in the fabric. With several GPU groups, ranks run across them in group order: group 1's replicas
+take ranks 0..n1-1 (by topology), group 2's the next ones, and so on; a replica's index within
+its role follows the same order. 0-GPU replicas (parameter servers, MPI launchers) are not
+pinned: node None, rank None.
+
+Score (lower is better): sum over levels of weight x (domains used - 1), with weights node 1,
+clique 10, rack 100, block 1000 (levels above block 10000), plus a fragmentation term in [0, 1):
+the GPUs left free on the nodes the gang uses divided by (those + the gang's GPUs). Span
+dominates; fragmentation breaks ties between placements of equal span.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import defaultdict
+from collections.abc import Sequence
+
+from trainop.api.constants import LABEL_GPU_CLIQUE, RESOURCE_GPU
+from trainop.inventory import UNLABELLED, FrozenMap, NodeInfo, Snapshot, TopologyPath
+from trainop.placement.types import Assignment, GangRequest, NoFit, Placement
+
+NODE = "node"
+CLIQUE = "clique"
+RACK = "rack"
+BLOCK = "block"
+CLUSTER = "cluster"
+
+_WEIGHTS = {NODE: 1, CLIQUE: 10, RACK: 100, BLOCK: 1000}
+_OTHER_WEIGHT = 10000
+
+# A replica to pin: (gpus, group position). Sorted largest first, then group order.
+_Rep = tuple[int, int]
+
+
+def level_names(levels: Sequence[str]) -> dict[str, str]:
+    """Label key -> placement level name: the last level is "node", the one above "rack", the
+    one above that "block"; higher configured levels keep their label key as name."""
+    names = {levels[-1]: NODE, LABEL_GPU_CLIQUE: CLIQUE}
+    for position, key in enumerate(reversed(levels[:-1])):
+        names.setdefault(key, (RACK, BLOCK)[position] if position < 2 else key)
+    return names
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _dom_name(dom: _Dom) -> str:
+    return dom.node.name if dom.node is not None else _domain_name(dom.path)
+
+
+def _domain_name(path: TopologyPath) -> str:
+    if not path:
+        return "the cluster"
+    if path[-1][1] == UNLABELLED:
+        return "/".join(v for _, v in path)
+    return path[-1][1]
+
+
+class _Dom:
+    """A node of the placement tree; leaves carry a node. Aggregates use the snapshot's free
+    counts, which stay valid for a domain until the packer first touches it."""
+
+    __slots__ = ("children", "free", "frees", "image_nodes", "leaf_only", "node", "order", "path")
+
+    def __init__(self, path: TopologyPath, node: NodeInfo | None = None) -> None:
+        self.path = path
+        self.node = node
+        self.children: list[_Dom] = []
+        self.free = node.gpus_free if node else 0
+        self.frees: list[int] = []
+        self.image_nodes = 0
+        self.leaf_only = False
+        self.order: tuple[TopologyPath, str] = (path, node.name if node else "")
+
+
+class _Tree:
+    def __init__(self, nodes: Sequence[NodeInfo], image: str | None, names: dict[str, str]):
+        self.root = _Dom(())
+        self.by_tier: dict[str, list[_Dom]] = defaultdict(list)
+        self.image_of: dict[str, bool] = {}
+        index: dict[TopologyPath, _Dom] = {(): self.root}
+        for node in nodes:
+            parent = self.root
+            for depth in range(len(node.topology) - 1):
+                prefix = node.topology[: depth + 1]
+                dom = index.get(prefix)
+                if dom is None:
+                    dom = index[prefix] = _Dom(prefix)
+                    parent.children.append(dom)
+                    self.by_tier[names.get(prefix[-1][0], prefix[-1][0])].append(dom)
+                parent = dom
+            leaf = _Dom(node.topology, node)
+            parent.children.append(leaf)
+            self.by_tier[NODE].append(leaf)
+            self.image_of[node.name] = node.has_image(image)
+        self.by_tier[CLUSTER].append(self.root)
+        self._aggregate(self.root)
+        for doms in self.by_tier.values():
+            doms.sort(key=lambda d: d.order)
+        self._slots: dict[tuple[int, int], int] = {}
+
+    def _aggregate(self, dom: _Dom) -> None:
+        if dom.node is not None:
+            dom.frees = [dom.free]
+            dom.image_nodes = int(self.image_of[dom.node.name])
+            return
+        dom.children.sort(key=lambda d: d.order)
+        for child in dom.children:
+            self._aggregate(child)
+            dom.free += child.free
+            dom.frees.extend(child.frees)
+            dom.image_nodes += child.image_nodes
+        dom.leaf_only = all(c.node is not None for c in dom.children)
+
+    def slots(self, dom: _Dom, size: int) -> int:
+        """How many `size`-GPU replicas the untouched domain could host, node by node."""
+        key = (id(dom), size)
+        cached = self._slots.get(key)
+        if cached is None:
+            cached = self._slots[key] = sum(f // size for f in dom.frees)
+        return cached
+
+    def can_take(self, dom: _Dom, reps: Sequence[_Rep]) -> bool:
+        """Necessary (and for one replica size sufficient) test on an untouched domain."""
+        if dom.free < sum(g for g, _ in reps):
+            return False
+        if dom.node is not None:
+            return True
+        count = 0
+        for i, (size, _) in enumerate(reps):
+            count += 1
+            if i + 1 < len(reps) and reps[i + 1][0] == size:
+                continue
+            if self.slots(dom, size) < count:
+                return False
+        return True
+
+
+class _Packer:
+    """Greedy packing with an undo log, so a failed trial costs nothing but time."""
+
+    def __init__(self, tree: _Tree) -> None:
+        self.tree = tree
+        self.free: dict[str, int] = {}
+        self.uses: dict[str, int] = defaultdict(int)
+        self.log: list[tuple[_Rep, NodeInfo]] = []
+
+    def reset(self) -> None:
+        self.free.clear()
+        self.uses.clear()
+        self.log.clear()
+
+    def _free(self, node: NodeInfo) -> int:
+        return self.free.get(node.name, node.gpus_free)
+
+    def _put(self, rep: _Rep, node: NodeInfo) -> None:
+        self.free[node.name] = self._free(node) - rep[0]
+        self.uses[node.name] += 1
+        self.log.append((rep, node))
+
+    def _rollback(self, mark: int) -> None:
+        while len(self.log) > mark:
+            rep, node = self.log.pop()
+            self.free[node.name] += rep[0]
+            self.uses[node.name] -= 1
+
+    def fill(self, dom: _Dom, reps: list[_Rep]) -> list[_Rep]:
+        """Place as many of `reps` (largest first) inside `dom` as fit; return the rest."""
+        if not reps:
+            return reps
+        if dom.node is not None:
+            return self._fill_node(dom.node, reps)
+        if dom.leaf_only:
+            return self._best_fit([c.node for c in dom.children if c.node is not None], reps)
+        remaining = reps
+        pending = list(dom.children)
+        while remaining and pending:
+            need = sum(g for g, _ in remaining)
+            fitting = [c for c in pending if self.tree.can_take(c, remaining)]
+            fitting.sort(key=lambda c: (c.free - need, -c.image_nodes, c.order))
+            for child in fitting:
+                mark = len(self.log)
+                if not self.fill(child, remaining):
+                    return []
+                self._rollback(mark)  # the size test is only necessary for mixed sizes
+            size = remaining[0][0]
+            biggest = min(
+                pending,
+                key=lambda c: (-self.tree.slots(c, size), -c.free, -c.image_nodes, c.order),
+            )
+            pending.remove(biggest)
+            remaining = self.fill(biggest, remaining)
+        return remaining
+
+    def _fill_node(self, node: NodeInfo, reps: list[_Rep]) -> list[_Rep]:
+        rest = []
+        for rep in reps:
+            if rep[0] <= self._free(node):
+                self._put(rep, node)
+            else:
+                rest.append(rep)
+        return rest
+
+    def _best_fit(self, nodes: list[NodeInfo], reps: list[_Rep]) -> list[_Rep]:
+        # Sorted (free, not used by the gang, no image, name): bisect finds the node with the
+        # fewest free GPUs that still fit, ties going to nodes the gang already uses.
+        image_of = self.tree.image_of
+        by_name = {n.name: n for n in nodes}
+        keys = sorted(
+            (self._free(n), 0 if self.uses[n.name] else 1, 0 if image_of[n.name] else 1, n.name)
+            for n in nodes
+            if self._free(n) > 0
+        )
+        rest = []
+        for rep in reps:
+            i = bisect_left(keys, (rep[0],))
+            if i == len(keys):
+                rest.append(rep)
+                continue
+            free, _, no_image, name = keys.pop(i)
+            self._put(rep, by_name[name])
+            if free > rep[0]:
+                insort(keys, (free - rep[0], 0, no_image, name))
+        return rest
+
+
+class _Gang:
+    """The request's GPU replicas and how to talk about them."""
+
+    def __init__(self, request: GangRequest) -> None:
+        self.request = request
+        self.gpu_groups = [
+            (pos, g) for pos, g in enumerate(request.groups) if g.gpus and g.replicas
+        ]
+        reps = [(g.gpus, pos) for pos, g in self.gpu_groups for _ in range(g.replicas)]
+        self.reps: list[_Rep] = sorted(reps, key=lambda r: (-r[0], r[1]))
+        self.total = sum(g for g, _ in self.reps)
+        self.largest = self.reps[0][0] if self.reps else 0
+        self.largest_count = sum(1 for g, _ in self.reps if g == self.largest)
+
+    def describe(self) -> str:
+        parts = [f"{g.replicas} x {g.gpus}" for _, g in self.gpu_groups]
+        if len(parts) == 1:
+            return f"{parts[0]} GPUs"
+        return f"{' + '.join(parts)} GPUs ({self.total})"
+
+    def role_needing(self, size: int) -> str:
+        return next(g.role for _, g in self.gpu_groups if g.gpus == size)
+
+
+def _eligibility(
+    snapshot: Snapshot, request: GangRequest
+) -> tuple[list[NodeInfo], dict[str, list[tuple[str, str]]]]:
+    """Eligible nodes, and the rest by cause: cause -> [(node, reason)], checked in this order."""
+    eligible: list[NodeInfo] = []
+    excluded: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    products = set(request.gpu_products)
+    for node in snapshot.nodes:
+        if node.gpus_allocatable <= 0:
+            excluded["gpus"].append((node.name, f"no {RESOURCE_GPU} allocatable"))
+        elif not node.schedulable:
+            excluded["schedulable"].append((node.name, node.unschedulable_reason or "unknown"))
+        elif products and node.gpu.product not in products:
+            excluded["product"].append((node.name, f"GPU product {node.gpu.product or 'unknown'}"))
+        else:
+            why = request.node_filter(node) if request.node_filter else None
+            if why is None:
+                eligible.append(node)
+            else:
+                excluded["filter"].append((node.name, why))
+    return eligible, excluded
+
+
+def _nodes_verb(count: int, singular: str, plural: str) -> str:
+    return f"{_plural(count, 'node')} {singular if count == 1 else plural}"
+
+
+def _exclusion_summary(excluded: dict[str, list[tuple[str, str]]]) -> list[str]:
+    phrases = []
+    if excluded.get("filter"):
+        items = excluded["filter"]
+        phrases.append(f"{_nodes_verb(len(items), 'fails', 'fail')} the node filter: {items[0][1]}")
+    if excluded.get("schedulable"):
+        items = excluded["schedulable"]
+        name, why = items[0]
+        phrases.append(f"{_nodes_verb(len(items), 'is', 'are')} not schedulable ({name}: {why})")
+    if excluded.get("product"):
+        items = excluded["product"]
+        phrases.append(f"{_nodes_verb(len(items), 'has', 'have')} another GPU product")
+    if excluded.get("gpus"):
+        phrases.append(f"{_nodes_verb(len(excluded['gpus']), 'has', 'have')} no GPUs")
+    return phrases
+
+
+def _exclusion_details(excluded: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """One line per distinct reason: "node filter (3 nodes): <reason> (n0, n1, n2)"."""
+    details = []
+    labels = {
+        "filter": "node filter",
+        "schedulable": "not schedulable",
+        "product": "gpuProducts",
+        "gpus": "no GPUs",
+    }
+    for cause in ("filter", "schedulable", "product", "gpus"):
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for name, why in excluded.get(cause, ()):
+            by_reason[why].append(name)
+        for why, names in by_reason.items():
+            sample = ", ".join(names[:3])
+            if len(names) > 3:
+                sample += f" and {len(names) - 3} more"
+            details.append(f"{labels[cause]} ({_plural(len(names), 'node')}): {why} ({sample})")
+    return details
+
+
+def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
+    """Place every replica of the gang or none; deterministic for equal inputs."""
+    gang = _Gang(request)
+    if not gang.reps:
+        return _placement(snapshot, request, gang, [], CLUSTER, (), "")
+
+    gpu_nodes = [n for n in snapshot.nodes if n.gpus_allocatable > 0]
+    if request.gpu_products and not any(n.gpu.product in request.gpu_products for n in gpu_nodes):
+        present: dict[str, int] = defaultdict(int)
+        for n in gpu_nodes:
+            present[n.gpu.product or "unknown"] += 1
+        listing = ", ".join(f"{p} ({_plural(c, 'node')})" for p, c in sorted(present.items()))
+        return NoFit(
+            f"gpuProducts [{', '.join(request.gpu_products)}] matches no node; "
+            f"products present: {listing or 'none (no node has GPUs)'}",
+        )
+
+    eligible, excluded = _eligibility(snapshot, request)
+    details = _exclusion_details(excluded)
+    if not eligible:
+        if not snapshot.nodes:
+            return NoFit("no node can run the job: the cluster has no nodes")
+        return NoFit(
+            f"no node can run the job: {'; '.join(_exclusion_summary(excluded))}", tuple(details)
+        )
+
+    free_total = sum(n.gpus_free for n in eligible)
+    alloc_total = sum(n.gpus_allocatable for n in eligible)
+    details.append(
+        f"{_plural(len(eligible), 'eligible node')} with {free_total} free GPUs "
+        f"of {alloc_total} allocatable"
+    )
+    biggest_node = min(eligible, key=lambda n: (-n.gpus_allocatable, -n.gpus_free, n.name))
+    if gang.largest > biggest_node.gpus_allocatable:
+        return NoFit(
+            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} GPUs on one "
+            f"node; the largest eligible node has {biggest_node.gpus_allocatable} GPUs "
+            f"({biggest_node.name})",
+            tuple(details),
+        )
+    if free_total < gang.total:
+        return NoFit(
+            f"needs {gang.describe()}; eligible nodes have {free_total} free GPUs "
+            f"({alloc_total} allocatable, {alloc_total - free_total} in use)",
+            tuple(details),
+        )
+    freest = min(eligible, key=lambda n: (-n.gpus_free, n.name))
+    if gang.largest > freest.gpus_free:
+        return NoFit(
+            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} free GPUs on "
+            f"one node; the most free on an eligible node is {freest.gpus_free} ({freest.name})",
+            tuple(details),
+        )
+
+    names = level_names(snapshot.levels)
+    tree = _Tree([n for n in eligible if n.gpus_free > 0], request.image, names)
+    tiers = [NODE, CLIQUE]
+    tiers += [names[k] for k in reversed(snapshot.levels[:-1])]
+    tiers.append(CLUSTER)
+    wanted = {"none": CLUSTER, "node": NODE, "rack": RACK, "block": BLOCK}[request.topology]
+    wanted_at = tiers.index(wanted) if wanted in tiers else len(tiers) - 1
+    last = wanted_at if request.mode == "Required" else len(tiers) - 1
+
+    packer = _Packer(tree)
+    for at, tier in enumerate(tiers[: last + 1]):
+        candidates = [d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps)]
+        candidates.sort(key=lambda d: (d.free - gang.total, -d.image_nodes, d.order))
+        for dom in candidates:
+            packer.reset()
+            if not packer.fill(dom, list(gang.reps)):
+                note = ""
+                if at > wanted_at:
+                    note = _widened_note(tree, tiers[wanted_at], gang)
+                return _placement(snapshot, request, gang, packer.log, tier, dom.path, note)
+
+    if last < len(tiers) - 1:
+        return _required_nofit(tree, tiers[last], gang, details)
+    room = tree.slots(tree.root, gang.largest)
+    if room < gang.largest_count:
+        return NoFit(
+            f"needs {gang.describe()}; eligible nodes have {free_total} free GPUs in total but "
+            f"too fragmented: room for only {room} x {gang.largest} GPUs on single nodes",
+            tuple(details),
+        )
+    return NoFit(
+        f"needs {gang.describe()}; the {free_total} free GPUs on eligible nodes are too "
+        f"fragmented to pack these mixed replica sizes",
+        tuple(details),
+    )
+
+
+def _largest(tree: _Tree, tier: str) -> _Dom | None:
+    doms = tree.by_tier.get(tier, [])
+    if not doms:
+        return None
+    return min(doms, key=lambda d: (-d.free, d.order))
+
+
+def _where(tier: str) -> str:
+    return "on one node" if tier == NODE else f"in one {tier}"
+
+
+def _required_nofit(tree: _Tree, tier: str, gang: _Gang, details: list[str]) -> NoFit:
+    top = sorted(tree.by_tier.get(tier, []), key=lambda d: (-d.free, d.order))
+    for dom in top[:3]:
+        details.append(
+            f"{tier} {_dom_name(dom)}: {dom.free} free GPUs on "
+            f"{_plural(len(dom.frees), 'eligible node')}, room for "
+            f"{tree.slots(dom, gang.largest)} x {gang.largest} GPUs"
+        )
+    head = f"needs {gang.describe()} {_where(tier)} (Required)"
+    if not top:
+        return NoFit(f"{head}; no {tier} has eligible nodes with free GPUs", tuple(details))
+    best = top[0]
+    if tier == NODE:
+        return NoFit(
+            f"{head}; the most free GPUs on one eligible node is {best.free} ({_dom_name(best)})",
+            tuple(details),
+        )
+    if best.free < gang.total:
+        return NoFit(
+            f"{head}; the largest {tier} has {best.free} free GPUs on eligible nodes "
+            f"({_domain_name(best.path)})",
+            tuple(details),
+        )
+    room = tree.slots(best, gang.largest)
+    if room >= gang.largest_count:
+        return NoFit(
+            f"{head}; no {tier} can pack these mixed replica sizes: the largest, "
+            f"{_domain_name(best.path)}, has {best.free} free GPUs",
+            tuple(details),
+        )
+    return NoFit(
+        f"{head}; no {tier} has its free GPUs on few enough nodes: the largest, "
+        f"{_domain_name(best.path)}, has {best.free} free but room for only "
+        f"{room} x {gang.largest} GPUs",
+        tuple(details),
+    )
+
+
+def _widened_note(tree: _Tree, tier: str, gang: _Gang) -> str:
+    best = _largest(tree, tier)
+    largest = (
+        f"the largest, {_dom_name(best)}, has {best.free} free GPUs"
+        if best is not None
+        else f"no {tier} has free GPUs"
+    )
+    return f"no single {tier} had room for {gang.describe()} ({largest})"
+
+
+def _span(nodes: Sequence[NodeInfo], names: dict[str, str]) -> dict[str, int]:
+    paths: dict[str, set[TopologyPath]] = defaultdict(set)
+    for node in nodes:
+        for depth, (key, _) in enumerate(node.topology[:-1]):
+            paths[names.get(key, key)].add(node.topology[: depth + 1])
+    span = {NODE: len({n.name for n in nodes})}
+    for level in (CLIQUE, RACK, BLOCK):
+        span[level] = len(paths.pop(level, ()))
+    span.update((k, len(v)) for k, v in sorted(paths.items()))
+    return span
+
+
+def _score(span: dict[str, int], stranded: int, total: int) -> float:
+    cost = sum(_WEIGHTS.get(k, _OTHER_WEIGHT) * max(0, v - 1) for k, v in span.items())
+    return float(cost) + (stranded / (stranded + total) if total else 0.0)
+
+
+def _placement(
+    snapshot: Snapshot,
+    request: GangRequest,
+    gang: _Gang,
+    log: Sequence[tuple[_Rep, NodeInfo]],
+    tier: str,
+    domain: TopologyPath,
+    widened: str,
+) -> Placement:
+    # Indices and ranks by topology path: replicas of a group on one node get neighbouring
+    # indices; ranks run across groups in group order.
+    slots: dict[int, list[NodeInfo]] = defaultdict(list)
+    for (_, pos), node in log:
+        slots[pos].append(node)
+    by_group: dict[int, list[NodeInfo]] = {
+        pos: sorted(nodes, key=lambda n: (n.topology, n.name)) for pos, nodes in slots.items()
+    }
+    assignments: list[Assignment] = []
+    rank = 0
+    for pos, group in enumerate(request.groups):
+        if pos in by_group:
+            for index, node in enumerate(by_group[pos]):
+                assignments.append(
+                    Assignment(group.role, index, node.name, rank, node.topology, group.gpus)
+                )
+                rank += 1
+        else:
+            assignments.extend(
+                Assignment(group.role, index, None, None, (), group.gpus)
+                for index in range(group.replicas)
+            )
+
+    used = list({node.name: node for _, node in log}.values())
+    names = level_names(snapshot.levels)
+    span = _span(used, names)
+    gpus_on: dict[str, int] = defaultdict(int)
+    for (gpus, _), node in log:
+        gpus_on[node.name] += gpus
+    stranded = sum(n.gpus_free - gpus_on[n.name] for n in used)
+    score = _score(span, stranded, gang.total)
+    return Placement(
+        assignments=tuple(assignments),
+        level=tier,
+        domain=domain,
+        span=FrozenMap(span),
+        score=round(score, 6),
+        explanation=_explain(request, gang, used, span, tier, domain, widened),
+    )
+
+
+def _explain(
+    request: GangRequest,
+    gang: _Gang,
+    used: Sequence[NodeInfo],
+    span: dict[str, int],
+    tier: str,
+    domain: TopologyPath,
+    widened: str,
+) -> str:
+    unpinned = [g for g in request.groups if g.replicas and not g.gpus]
+    idle = "; ".join(
+        f"{g.role} ({_plural(g.replicas, 'replica')}, no GPUs) is left to the scheduler"
+        for g in unpinned
+    )
+    if not gang.reps:
+        return idle or "nothing to place"
+    if tier == NODE:
+        parts = [f"placed {gang.describe()} on node {used[0].name}"]
+    elif tier == CLUSTER:
+        spread = ", ".join(
+            _plural(span[level], level) for level in (BLOCK, RACK) if span.get(level)
+        )
+        parts = [f"placed {gang.describe()} on {_plural(len(used), 'node')} across {spread}"]
+    else:
+        parts = [
+            f"placed {gang.describe()} on {_plural(len(used), 'node')} in {tier} "
+            f"{_domain_name(domain)}"
+        ]
+    if widened:
+        wanted = request.topology
+        parts.append(
+            f"topology {wanted} is Preferred and {widened}, so the gang spans "
+            f"{_plural(span.get(wanted, 0), wanted)}"
+        )
+    elif request.topology != "none":
+        parts.append(f"topology {request.topology} ({request.mode}) is met")
+    if request.image:
+        holding = sum(1 for n in used if n.has_image(request.image))
+        if holding:
+            parts.append(f"{holding} of {_plural(len(used), 'node')} already hold the image")
+    if idle:
+        parts.append(idle)
+    return "; ".join(parts)

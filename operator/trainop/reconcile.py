@@ -1,0 +1,414 @@
+"""The TrainingJob lifecycle as a pure function: observed job + its pods + snapshot -> Actions.
+
+Level-based: every call looks at the whole observed state and says what to do next, so a
+missed event, an operator restart or a pod deleted by hand converge on the next call.
+
+Lifecycle (phases; each also a condition):
+  Queued -> Admitted (gang created, gated, then ungated together) -> Running
+  -> Succeeded | Failed;  Restarting between gangs;  Suspended;  Invalid.
+Success policy: AllWorkers (default) - every pod of the success roles exited 0 (Worker; the
+Chief for TensorFlow jobs that have one; the Launcher for MPI). RankZero - rank 0 exited 0.
+Failures: Never -> Failed. OnFailure -> restart the whole gang (a collective cannot go on
+without a peer). ExitCode -> 1-127 permanent (Failed), 128-255 retryable. Restarts wait
+base * 2^(n-1) seconds (capped) and count against backoffLimit; pods deleted by hand, lost
+nodes and preemptions restart the gang without counting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainop.api import constants as c
+from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
+from trainop.inventory import Snapshot
+from trainop.manifests import pod_name
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, check_semantics, parse_spec
+from trainop.planner import plan_job, success_roles
+
+# Phases that exclude each other; entering one sets the others' conditions False.
+_EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
+
+Event = tuple[str, str, str]  # (type Normal|Warning, reason, message)
+
+
+@dataclass
+class Actions:
+    """What the shell should do; applied in this order: delete, create, ungate, status."""
+
+    delete_pods: list[str] = field(default_factory=list)
+    create: list[dict[str, Any]] = field(default_factory=list)
+    ungate: list[str] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+    needs_ssh_secret: str | None = None
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str,
+                  message: str, now: datetime, generation: int | None) -> None:  # fmt: skip
+    """Upsert a condition; lastTransitionTime moves only when the status flips."""
+    for cond in conditions:
+        if cond.get("type") == ctype:
+            if cond.get("status") != status:
+                cond["lastTransitionTime"] = iso(now)
+            cond.update(status=status, reason=reason, message=message, observedGeneration=generation)
+            return
+    conditions.append({"type": ctype, "status": status, "reason": reason, "message": message,
+                       "lastTransitionTime": iso(now), "observedGeneration": generation})  # fmt: skip
+
+
+def _exit_code(pod: Mapping[str, Any]) -> int | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            return int(term["exitCode"])
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return int(term.get("exitCode", 0))
+    return None
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == c.SCHEDULING_GATE for g in gates)
+
+
+def _role_of(pod: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
+    lower = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_REPLICA_TYPE, "")
+    for role in spec.replica_specs:
+        if role.lower() == lower:
+            return role
+    return None
+
+
+def expected_pod_names(name: str, spec: TrainingJobSpec) -> set[str]:
+    return {pod_name(name, role, i) for role, r in spec.replica_specs.items() for i in range(r.replicas)}
+
+
+def replica_statuses(pods: Sequence[Mapping[str, Any]], spec: TrainingJobSpec) -> dict[str, Any]:
+    out = {role: {"pending": 0, "running": 0, "succeeded": 0, "failed": 0} for role in spec.replica_specs}
+    for pod in pods:
+        role = _role_of(pod, spec)
+        if role is None:
+            continue
+        phase = _phase(pod)
+        key = {"Running": "running", "Succeeded": "succeeded", "Failed": "failed"}.get(phase, "pending")
+        out[role][key] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The queue's verdict for a job without pods: admitted, or why it waits."""
+
+    admitted: bool
+    reason: str = ""
+    message: str = ""
+    position: int | None = None
+
+
+ADMIT_ALL = Admission(admitted=True)
+
+
+class _Status:
+    """Mutable copy of the job's status with phase/condition/event bookkeeping."""
+
+    def __init__(self, body: Mapping[str, Any], now: datetime) -> None:
+        self.old = dict(body.get("status") or {})
+        self.new: dict[str, Any] = {k: v for k, v in self.old.items()}
+        self.new["conditions"] = [dict(x) for x in self.old.get("conditions") or []]
+        self.now = now
+        self.generation = (body.get("metadata") or {}).get("generation")
+        self.events: list[Event] = []
+        self.new["observedGeneration"] = self.generation
+
+    @property
+    def phase(self) -> str | None:
+        return self.new.get("phase")
+
+    def cond(self, ctype: str, status: bool, reason: str, message: str = "") -> None:
+        set_condition(self.new["conditions"], ctype, "True" if status else "False", reason, message,
+                      self.now, self.generation)  # fmt: skip
+
+    def enter(self, phase: str, reason: str, message: str, warning: bool = False) -> None:
+        """Move to `phase` (idempotent): its condition True, exclusive ones False, one Event."""
+        changed = self.old.get("phase") != phase
+        self.new["phase"] = phase
+        if phase != "Invalid":
+            self.cond("Invalid", False, "Valid")
+        if phase in _EXCLUSIVE:
+            for other in _EXCLUSIVE:
+                if other != phase:
+                    self.cond(other, False, reason)
+        self.cond(phase, True, reason, message)
+        if phase not in ("Queued", "Invalid", "Suspended"):
+            self.cond("Created", True, "PodsCreated" if phase != "Created" else reason)
+        if changed or self._message_changed(phase, message):
+            self.events.append(("Warning" if warning else "Normal", reason, message))
+
+    def _message_changed(self, phase: str, message: str) -> bool:
+        for cond in self.old.get("conditions") or []:
+            if cond.get("type") == phase:
+                return bool(cond.get("message") != message)
+        return True
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    snapshot_for_planning: Callable[[], Snapshot],
+    config: OperatorConfig,
+    now: datetime,
+    admission: Admission = ADMIT_ALL,
+) -> Actions:
+    """Decide the next actions for one TrainingJob (see the module docstring)."""
+    meta = body.get("metadata") or {}
+    name = meta.get("name", "")
+    st = _Status(body, now)
+    acts = Actions()
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    deleting = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+
+    def finish(requeue: float | None = None) -> Actions:
+        acts.status = st.new
+        acts.events = st.events
+        acts.requeue_after = requeue if acts.requeue_after is None else acts.requeue_after
+        return acts
+
+    def delete_all() -> None:
+        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in live))
+
+    # Terminal: free GPUs held by pods still running (PS, sidecar roles), then wait for TTL.
+    if st.phase in TERMINAL_PHASES:
+        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in live
+                                       if _phase(p) not in ("Succeeded", "Failed")))  # fmt: skip
+        ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+        done = parse_time(st.new.get("completionTime"))
+        if ttl is not None and done is not None:
+            left = (done + timedelta(seconds=int(ttl)) - now).total_seconds()
+            if left <= 0:
+                acts.delete_job = True
+                return finish()
+            return finish(requeue=left)
+        return finish()
+
+    # Invalid: a spec that can never run gets a condition and an Event, and no pods.
+    try:
+        spec = parse_spec(body)
+        check_semantics(spec)
+    except InvalidJob as exc:
+        delete_all()
+        st.new.pop("pendingReason", None)
+        st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
+        return finish()
+    st.new["gpus"] = spec.total_gpus
+    st.new["replicaStatuses"] = replica_statuses(live, spec)
+    restarts = int(st.new.get("restartCount") or 0)
+    policy = spec.run_policy
+
+    if policy.suspend:
+        delete_all()
+        st.enter("Suspended", "Suspended", "spec.runPolicy.suspend is true; pods deleted")
+        return finish()
+
+    # Deadline runs from the first admission, across restarts.
+    started = parse_time(st.new.get("startTime"))
+    if policy.active_deadline_seconds and started:
+        over = (now - started).total_seconds() - policy.active_deadline_seconds
+        if over >= 0:
+            delete_all()
+            _terminal(st, "Failed", "DeadlineExceeded",
+                      f"ran longer than spec.runPolicy.activeDeadlineSeconds "
+                      f"({policy.active_deadline_seconds} s)")  # fmt: skip
+            return finish()
+        acts.requeue_after = -over
+
+    if not live:
+        if deleting:
+            return finish(requeue=1.0)  # old gang still going away; names are reused
+        return _start_gang(body, spec, st, acts, snapshot_for_planning, config, now, admission,
+                           restarts, finish)  # fmt: skip
+
+    expected = expected_pod_names(name, spec)
+    have = {p["metadata"]["name"] for p in live}
+    stray = sorted(have - expected)
+    if stray:  # e.g. replicas lowered while running: not part of the gang any more
+        acts.delete_pods.extend(stray)
+    missing = expected - have
+    gated = [p for p in live if _gated(p)]
+
+    if gated:
+        if missing:
+            # A half-created gang (operator stopped mid-create): nothing ran yet, so
+            # start over rather than trust an old placement.
+            delete_all()
+            st.enter("Queued", "Replanning", "gang was incomplete; re-planning")
+            return finish(requeue=1.0)
+        lost = _lost_nodes(gated, snapshot_for_planning())
+        if lost:
+            delete_all()
+            st.enter("Queued", "NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
+            return finish(requeue=1.0)
+        acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
+        return finish(requeue=1.0)
+
+    by_name = {p["metadata"]["name"]: p for p in live}
+    # Success first: a finished rank 0 with peers exiting is success, not failure.
+    roles = success_roles(spec)
+    if policy.success_policy == "RankZero":
+        rank0 = [p for p in live if (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_RANK) == "0"]
+        succeeded = bool(rank0) and _phase(rank0[0]) == "Succeeded"
+    else:
+        needed = [n for n in expected if _role_name(n, name, spec) in roles]
+        succeeded = bool(needed) and all(n in by_name and _phase(by_name[n]) == "Succeeded" for n in needed)
+    if succeeded:
+        acts.delete_pods.extend(sorted(n for n, p in by_name.items() if _phase(p) not in ("Succeeded", "Failed")))
+        _terminal(st, "Succeeded", "JobSucceeded", f"{', '.join(roles)} pods completed (successPolicy "
+                  f"{policy.success_policy})")  # fmt: skip
+        return finish()
+
+    failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
+    if failed:
+        pod = failed[0]
+        code = _exit_code(pod)
+        what = f"pod {pod['metadata']['name']} failed" + (f" with exit code {code}" if code is not None else "")
+        retryable = policy.restart_policy == "OnFailure" or (
+            policy.restart_policy == "ExitCode" and code is not None and 128 <= code <= 255
+        )
+        if not retryable:
+            delete_all()
+            why = {"Never": "restartPolicy is Never",
+                   "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"}.get(
+                policy.restart_policy, "")  # fmt: skip
+            _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
+            return finish()
+        if restarts >= policy.backoff_limit:
+            delete_all()
+            _terminal(st, "Failed", "BackoffLimitExceeded",
+                      f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})")  # fmt: skip
+            return finish()
+        delete_all()
+        st.new["restartCount"] = restarts + 1
+        st.new["lastRestartTime"] = iso(now)
+        st.enter("Restarting", "GangRestart",
+                 f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})",
+                 warning=True)  # fmt: skip
+        return finish(requeue=1.0)
+
+    if missing:
+        delete_all()
+        st.enter("Restarting", "PodMissing",
+                 f"pod(s) {', '.join(sorted(missing))} disappeared; restarting the gang (not counted "
+                 "against backoffLimit)", warning=True)  # fmt: skip
+        return finish(requeue=1.0)
+
+    if all(_phase(p) in ("Running", "Succeeded") for p in live):
+        st.enter("Running", "AllPodsRunning", f"{len(live)} pods running")
+        return finish(requeue=5.0)
+    lost = _lost_nodes([p for p in live if _phase(p) == "Pending"], snapshot_for_planning())
+    if lost:
+        delete_all()
+        st.enter("Restarting", "NodeLost",
+                 f"node(s) {', '.join(lost)} disappeared before the pods started; re-planning")  # fmt: skip
+        return finish(requeue=1.0)
+    return finish(requeue=2.0)
+
+
+def _role_name(pod: str, job: str, spec: TrainingJobSpec) -> str | None:
+    rest = pod[len(job) + 1 :]
+    for role in spec.replica_specs:
+        if rest.startswith(role.lower() + "-"):
+            return role
+    return None
+
+
+def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:
+    """Pinned nodes of still-pending pods that no longer exist in the cluster."""
+    lost = set()
+    known = {n.name for n in snapshot.nodes} | {n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes}
+    for pod in pods:
+        terms = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms") or []  # fmt: skip
+        for term in terms[:1]:
+            for expr in term.get("matchExpressions") or []:
+                if expr.get("key") == c.LABEL_HOSTNAME and expr.get("operator") == "In":
+                    lost.update(v for v in expr.get("values") or [] if v not in known)
+    return sorted(lost)
+
+
+def _terminal(st: _Status, phase: str, reason: str, message: str) -> None:
+    for other in _EXCLUSIVE:
+        st.cond(other, False, reason)
+    st.new.pop("pendingReason", None)
+    st.new.pop("pendingMessage", None)
+    st.new.pop("queuePosition", None)
+    st.new["completionTime"] = st.new.get("completionTime") or iso(st.now)
+    st.enter(phase, reason, message, warning=phase == "Failed")
+
+
+def backoff_seconds(config: OperatorConfig, restarts: int) -> float:
+    if restarts <= 0:
+        return 0.0
+    return float(min(config.restart_backoff_seconds * 2 ** (restarts - 1), config.restart_backoff_max_seconds))
+
+
+def _start_gang(body: Mapping[str, Any], spec: TrainingJobSpec, st: _Status, acts: Actions,
+                snapshot_for_planning: Callable[[], Snapshot], config: OperatorConfig, now: datetime,
+                admission: Admission, restarts: int, finish: Callable[..., Actions]) -> Actions:  # fmt: skip
+    last = parse_time(st.new.get("lastRestartTime"))
+    if st.phase == "Restarting" and last is not None:
+        wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
+        if wait > 0:
+            return finish(requeue=wait)
+    if not admission.admitted:
+        st.new["pendingReason"] = admission.reason
+        st.new["pendingMessage"] = admission.message
+        if admission.position is not None:
+            st.new["queuePosition"] = admission.position
+        st.enter("Queued", admission.reason or "Pending", admission.message)
+        return finish(requeue=5.0)
+    try:
+        result = plan_job(body, snapshot_for_planning(), config, gang_generation=restarts)
+    except InvalidJob as exc:
+        st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
+        return finish()
+    if isinstance(result, Wait):
+        st.new["pendingReason"] = result.reason
+        st.new["pendingMessage"] = result.message
+        st.enter("Queued", result.reason, result.message, warning=result.reason == "Incompatible")
+        return finish(requeue=5.0)
+    assert isinstance(result, Plan)
+    acts.create.extend(result.objects)
+    acts.needs_ssh_secret = result.secret_name
+    for key in ("pendingReason", "pendingMessage", "queuePosition"):
+        st.new.pop(key, None)
+    st.new["image"] = result.image.image
+    st.new["placement"] = result.placement_status()
+    st.new["startTime"] = st.new.get("startTime") or iso(now)
+    placement = result.placement_status()
+    st.enter("Admitted", "GangPlaced",
+             f"{len(result.pods)} pods placed in {placement['level']} {placement['domain']} on "
+             f"{', '.join(placement['nodes'])}; image {result.image.image}")  # fmt: skip
+    return finish(requeue=1.0)
