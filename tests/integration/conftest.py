@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,3 +90,104 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """The real operator (`trainop run`) as a child process against the local cluster."""
+
+    def __init__(self, cluster: LocalCluster, log_dir: Path) -> None:
+        self.cluster = cluster
+        self.log_path = log_dir / "operator.log"
+        self.metrics_port = _free_port()
+        self.health_port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig))
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainop.cli.main", "run", "--restart-backoff-seconds", "1",
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None and self.proc.poll() is None, self.log_tail()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError(f"operator not healthy in {timeout} s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no operator log)"
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+
+@pytest.fixture(scope="session")
+def crds_installed(kube: Kube) -> None:
+    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
+    for crd in ("trainingjobs", "trainingqueues", "fabricprofiles"):
+        kube.run("wait", "--for", "condition=established", f"crd/{crd}.trainop.dev", "--timeout=30s")
+
+
+@pytest.fixture(scope="session")
+def operator(local_cluster: LocalCluster, crds_installed: None,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:  # fmt: skip
+    op = OperatorProcess(local_cluster, tmp_path_factory.mktemp("operator"))
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(autouse=True)
+def _operator_log_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed and "operator" in request.fixturenames:
+        op = request.getfixturevalue("operator")
+        print("---- operator log (tail) ----\n" + op.log_tail())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    rep = yield
+    if rep.when == "call":
+        item.rep_call = rep  # type: ignore[attr-defined]
+    return rep
