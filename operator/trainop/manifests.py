@@ -74,12 +74,16 @@ def replica_labels(job: str, role: str, index: int) -> dict[str, str]:
     }
 
 
-def _merge_env(generated: Mapping[str, str], user: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _merge_env(
+    generated: Mapping[str, str], user: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """Generated env first, then the user's; a user entry with the same name wins in place."""
     user_by_name = {e.get("name"): e for e in user if isinstance(e, Mapping)}
     out: list[dict[str, Any]] = []
     for name, value in generated.items():
-        out.append(dict(user_by_name.pop(name)) if name in user_by_name else {"name": name, "value": value})
+        out.append(
+            dict(user_by_name.pop(name)) if name in user_by_name else {"name": name, "value": value}
+        )
     out.extend(dict(e) for e in user if isinstance(e, Mapping) and e.get("name") in user_by_name)
     return out
 
@@ -145,9 +149,14 @@ def build_pod(
     _merge_resources(main, gpu_and_rdma)
     if plan.ports:
         existing = {p.get("containerPort") for p in main.get("ports") or []}
-        main["ports"] = [*(main.get("ports") or []),
-                         *({"containerPort": p, "name": f"trainop-{i}"}
-                           for i, p in enumerate(plan.ports) if p not in existing)]  # fmt: skip
+        main["ports"] = [
+            *(main.get("ports") or []),
+            *(
+                {"containerPort": p, "name": f"trainop-{i}"}
+                for i, p in enumerate(plan.ports)
+                if p not in existing
+            ),
+        ]
     if plan.capabilities:
         sc = main.setdefault("securityContext", {})
         caps = sc.setdefault("capabilities", {})
@@ -156,7 +165,9 @@ def build_pod(
     volumes = list(spec.get("volumes") or [])
     if plan.shm_size:
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}})
+        volumes.append(
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}
+        )
     if plan.mount_config and config_map:
         mounts.append({"name": CONFIG_VOLUME, "mountPath": c.CONFIG_MOUNT_PATH, "readOnly": True})
         volumes.append({"name": CONFIG_VOLUME, "configMap": {"name": config_map}})
@@ -176,7 +187,9 @@ def build_pod(
     if plan.gpus:
         tolerations = list(spec.get("tolerations") or [])
         if not any(t.get("key") == c.RESOURCE_GPU for t in tolerations):
-            tolerations.append({"key": c.RESOURCE_GPU, "operator": "Exists", "effect": "NoSchedule"})
+            tolerations.append(
+                {"key": c.RESOURCE_GPU, "operator": "Exists", "effect": "NoSchedule"}
+            )
         spec["tolerations"] = tolerations
     terms = _pin_terms(plan.node, plan.compat_terms)
     if terms:
@@ -187,7 +200,7 @@ def build_pod(
         gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != c.SCHEDULING_GATE]
         spec["schedulingGates"] = [*gates, {"name": c.SCHEDULING_GATE}]
 
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -199,7 +212,7 @@ def build_pod(
         },
         "spec": spec,
     }
-    pod["metadata"]["annotations"][c.ANNOTATION_SPEC_HASH] = spec_hash(pod)
+    annotations[c.ANNOTATION_SPEC_HASH] = spec_hash(pod)
     return pod
 
 
@@ -211,8 +224,9 @@ def spec_hash(obj: Mapping[str, Any]) -> str:
 
 def build_service(job: JobRef, ports: Sequence[int]) -> dict[str, Any]:
     """The headless Service `<job>` that gives every pod a stable DNS name."""
-    svc_ports = [{"name": f"p{p}", "port": p, "targetPort": p, "protocol": "TCP"}
-                 for p in sorted(set(ports))] or [{"name": "none", "port": 1, "targetPort": 1}]  # fmt: skip
+    svc_ports = [
+        {"name": f"p{p}", "port": p, "targetPort": p, "protocol": "TCP"} for p in sorted(set(ports))
+    ] or [{"name": "none", "port": 1, "targetPort": 1}]
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -8,7 +8,16 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-PHASES = ("Queued", "Admitted", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Invalid")
+PHASES = (
+    "Queued",
+    "Admitted",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+    "Invalid",
+)
 
 JOBS = Gauge(
     "trainop_jobs",
@@ -74,7 +83,9 @@ def _parse(ts: str | None) -> datetime | None:
         return None
 
 
-def observe_transition(body: Mapping[str, Any], old: str | None, new: str, status: Mapping[str, Any]) -> None:
+def observe_transition(
+    body: Mapping[str, Any], old: str | None, new: str, status: Mapping[str, Any]
+) -> None:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     key = (meta.get("namespace", ""), meta.get("name", ""))

@@ -18,8 +18,16 @@ from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
 from trainop.api.trainingjob import TrainingJobSpec
-from trainop.catalog import Catalog, ImageChoice, ResolutionError, check_node, load_catalog, resolve_image
-from trainop.catalog import node_affinity_terms, summarize_incompatible
+from trainop.catalog import (
+    Catalog,
+    ImageChoice,
+    ResolutionError,
+    check_node,
+    load_catalog,
+    node_affinity_terms,
+    resolve_image,
+    summarize_incompatible,
+)
 from trainop.inventory import NodeInfo, Snapshot
 from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
@@ -100,8 +108,11 @@ def parse_spec(body: Mapping[str, Any]) -> TrainingJobSpec:
 
 def job_ref(body: Mapping[str, Any]) -> JobRef:
     meta = body.get("metadata") or {}
-    return JobRef(name=meta.get("name", ""), namespace=meta.get("namespace") or "default",
-                  uid=meta.get("uid") or "00000000-0000-0000-0000-000000000000")  # fmt: skip
+    return JobRef(
+        name=meta.get("name", ""),
+        namespace=meta.get("namespace") or "default",
+        uid=meta.get("uid") or "00000000-0000-0000-0000-000000000000",
+    )
 
 
 def check_semantics(spec: TrainingJobSpec) -> None:
@@ -112,16 +123,19 @@ def check_semantics(spec: TrainingJobSpec) -> None:
         raise InvalidJob("spec.replicaSpecs", problems[0])
     gpu_roles = [role for role, r in spec.replica_specs.items() if r.gpus > 0]
     if not gpu_roles:
-        raise InvalidJob("spec.replicaSpecs.Worker.gpus",
-                         "no role asks for GPUs: set gpus >= 1 on the Worker role")  # fmt: skip
+        raise InvalidJob(
+            "spec.replicaSpecs.Worker.gpus",
+            "no role asks for GPUs: set gpus >= 1 on the Worker role",
+        )
     # Roles outside the collective may still use GPUs (a TF evaluator): placement pins and
     # ranks them with the gang, and the framework wiring ignores their ranks
     # (frameworks.base.ranked_members), so they are not refused here.
     for role, r in spec.replica_specs.items():
         containers = (r.template.get("spec") or {}).get("containers") if r.template else None
         if containers is not None and not isinstance(containers, list):
-            raise InvalidJob(f"spec.replicaSpecs.{role}.template.spec.containers",
-                             "must be a list of containers")  # fmt: skip
+            raise InvalidJob(
+                f"spec.replicaSpecs.{role}.template.spec.containers", "must be a list of containers"
+            )
         if r.template and not isinstance(r.template.get("spec", {}), dict):
             raise InvalidJob(f"spec.replicaSpecs.{role}.template.spec", "must be a PodSpec object")
 
@@ -140,11 +154,13 @@ def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -
         raise InvalidJob(exc.field, exc.detail, reason="UnknownImage") from exc
 
 
-def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):  # type: ignore[no-untyped-def]
+def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):
     products = tuple(spec.placement.gpu_products)
 
     def check(node: NodeInfo) -> str | None:
-        verdict = check_node(config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products)
+        verdict = check_node(
+            config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
+        )
         if not verdict.ok:
             return verdict.reason
         if spec.network.fabric != "Auto":
@@ -157,22 +173,29 @@ def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorCon
     return check
 
 
-def _incompatible(spec: TrainingJobSpec, choice: ImageChoice, snapshot: Snapshot,
-                  config: OperatorConfig) -> Wait | None:  # fmt: skip
+def _incompatible(
+    spec: TrainingJobSpec, choice: ImageChoice, snapshot: Snapshot, config: OperatorConfig
+) -> Wait | None:
     """Wait(Incompatible) when no node at all (free or busy) could run the image."""
     results = []
     products = tuple(spec.placement.gpu_products)
     for node in snapshot.nodes:
-        verdict = check_node(config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products)
+        verdict = check_node(
+            config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
+        )
         if verdict.ok:
             return None
         results.append((node.name, node.gpu, verdict))
     if not results:
         return Wait("Incompatible", "the cluster has no nodes")
-    return Wait("Incompatible", f"no node can run {choice.image}: {summarize_incompatible(results)}")
+    return Wait(
+        "Incompatible", f"no node can run {choice.image}: {summarize_incompatible(results)}"
+    )
 
 
-def gang_request(spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None) -> GangRequest:
+def gang_request(
+    spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None
+) -> GangRequest:
     groups = tuple(GroupRequest(role, r.replicas, r.gpus) for role, r in spec.replica_specs.items())
     return GangRequest(
         job=name,
@@ -235,8 +258,11 @@ def build_plan(
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat: tuple[Mapping[str, Any], ...] = ()
     if config.compat_affinity:
-        compat = tuple(node_affinity_terms(config.catalog, choice.cuda, choice.release,
-                                           tuple(spec.placement.gpu_products)))  # fmt: skip
+        compat = tuple(
+            node_affinity_terms(
+                config.catalog, choice.cuda, choice.release, tuple(spec.placement.gpu_products)
+            )
+        )
 
     pods = []
     all_ports: set[int] = set()

@@ -25,8 +25,16 @@ from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.manifests import pod_name
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, check_semantics, parse_spec
-from trainop.planner import plan_job, success_roles
+from trainop.planner import (
+    InvalidJob,
+    OperatorConfig,
+    Plan,
+    Wait,
+    check_semantics,
+    parse_spec,
+    plan_job,
+    success_roles,
+)
 
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
@@ -61,17 +69,34 @@ def parse_time(text: str | None) -> datetime | None:
         return None
 
 
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str,
-                  message: str, now: datetime, generation: int | None) -> None:  # fmt: skip
+def set_condition(
+    conditions: list[dict[str, Any]],
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> None:
     """Upsert a condition; lastTransitionTime moves only when the status flips."""
     for cond in conditions:
         if cond.get("type") == ctype:
             if cond.get("status") != status:
                 cond["lastTransitionTime"] = iso(now)
-            cond.update(status=status, reason=reason, message=message, observedGeneration=generation)
+            cond.update(
+                status=status, reason=reason, message=message, observedGeneration=generation
+            )
             return
-    conditions.append({"type": ctype, "status": status, "reason": reason, "message": message,
-                       "lastTransitionTime": iso(now), "observedGeneration": generation})  # fmt: skip
+    conditions.append(
+        {
+            "type": ctype,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": iso(now),
+            "observedGeneration": generation,
+        }
+    )
 
 
 def _exit_code(pod: Mapping[str, Any]) -> int | None:
@@ -104,17 +129,24 @@ def _role_of(pod: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
 
 
 def expected_pod_names(name: str, spec: TrainingJobSpec) -> set[str]:
-    return {pod_name(name, role, i) for role, r in spec.replica_specs.items() for i in range(r.replicas)}
+    return {
+        pod_name(name, role, i) for role, r in spec.replica_specs.items() for i in range(r.replicas)
+    }
 
 
 def replica_statuses(pods: Sequence[Mapping[str, Any]], spec: TrainingJobSpec) -> dict[str, Any]:
-    out = {role: {"pending": 0, "running": 0, "succeeded": 0, "failed": 0} for role in spec.replica_specs}
+    out = {
+        role: {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+        for role in spec.replica_specs
+    }
     for pod in pods:
         role = _role_of(pod, spec)
         if role is None:
             continue
         phase = _phase(pod)
-        key = {"Running": "running", "Succeeded": "succeeded", "Failed": "failed"}.get(phase, "pending")
+        key = {"Running": "running", "Succeeded": "succeeded", "Failed": "failed"}.get(
+            phase, "pending"
+        )
         out[role][key] += 1
     return out
 
@@ -149,8 +181,15 @@ class _Status:
         return self.new.get("phase")
 
     def cond(self, ctype: str, status: bool, reason: str, message: str = "") -> None:
-        set_condition(self.new["conditions"], ctype, "True" if status else "False", reason, message,
-                      self.now, self.generation)  # fmt: skip
+        set_condition(
+            self.new["conditions"],
+            ctype,
+            "True" if status else "False",
+            reason,
+            message,
+            self.now,
+            self.generation,
+        )
 
     def enter(self, phase: str, reason: str, message: str, warning: bool = False) -> None:
         """Move to `phase` (idempotent): its condition True, exclusive ones False, one Event."""
@@ -202,8 +241,9 @@ def reconcile(
 
     # Terminal: free GPUs held by pods still running (PS, sidecar roles), then wait for TTL.
     if st.phase in TERMINAL_PHASES:
-        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in live
-                                       if _phase(p) not in ("Succeeded", "Failed")))  # fmt: skip
+        acts.delete_pods.extend(
+            sorted(p["metadata"]["name"] for p in live if _phase(p) not in ("Succeeded", "Failed"))
+        )
         ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
         done = parse_time(st.new.get("completionTime"))
         if ttl is not None and done is not None:
@@ -239,17 +279,22 @@ def reconcile(
         over = (now - started).total_seconds() - policy.active_deadline_seconds
         if over >= 0:
             delete_all()
-            _terminal(st, "Failed", "DeadlineExceeded",
-                      f"ran longer than spec.runPolicy.activeDeadlineSeconds "
-                      f"({policy.active_deadline_seconds} s)")  # fmt: skip
+            _terminal(
+                st,
+                "Failed",
+                "DeadlineExceeded",
+                f"ran longer than spec.runPolicy.activeDeadlineSeconds "
+                f"({policy.active_deadline_seconds} s)",
+            )
             return finish()
         acts.requeue_after = -over
 
     if not live:
         if deleting:
             return finish(requeue=1.0)  # old gang still going away; names are reused
-        return _start_gang(body, spec, st, acts, snapshot_for_planning, config, now, admission,
-                           restarts, finish)  # fmt: skip
+        return _start_gang(
+            body, spec, st, acts, snapshot_for_planning, config, now, admission, restarts, finish
+        )
 
     expected = expected_pod_names(name, spec)
     have = {p["metadata"]["name"] for p in live}
@@ -269,7 +314,9 @@ def reconcile(
         lost = _lost_nodes(gated, snapshot_for_planning())
         if lost:
             delete_all()
-            st.enter("Queued", "NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
+            st.enter(
+                "Queued", "NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning"
+            )
             return finish(requeue=1.0)
         acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
         return finish(requeue=1.0)
@@ -278,50 +325,76 @@ def reconcile(
     # Success first: a finished rank 0 with peers exiting is success, not failure.
     roles = success_roles(spec)
     if policy.success_policy == "RankZero":
-        rank0 = [p for p in live if (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_RANK) == "0"]
+        rank0 = [
+            p
+            for p in live
+            if (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_RANK) == "0"
+        ]
         succeeded = bool(rank0) and _phase(rank0[0]) == "Succeeded"
     else:
         needed = [n for n in expected if _role_name(n, name, spec) in roles]
-        succeeded = bool(needed) and all(n in by_name and _phase(by_name[n]) == "Succeeded" for n in needed)
+        succeeded = bool(needed) and all(
+            n in by_name and _phase(by_name[n]) == "Succeeded" for n in needed
+        )
     if succeeded:
-        acts.delete_pods.extend(sorted(n for n, p in by_name.items() if _phase(p) not in ("Succeeded", "Failed")))
-        _terminal(st, "Succeeded", "JobSucceeded", f"{', '.join(roles)} pods completed (successPolicy "
-                  f"{policy.success_policy})")  # fmt: skip
+        acts.delete_pods.extend(
+            sorted(n for n, p in by_name.items() if _phase(p) not in ("Succeeded", "Failed"))
+        )
+        _terminal(
+            st,
+            "Succeeded",
+            "JobSucceeded",
+            f"{', '.join(roles)} pods completed (successPolicy {policy.success_policy})",
+        )
         return finish()
 
     failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
     if failed:
         pod = failed[0]
         code = _exit_code(pod)
-        what = f"pod {pod['metadata']['name']} failed" + (f" with exit code {code}" if code is not None else "")
+        what = f"pod {pod['metadata']['name']} failed" + (
+            f" with exit code {code}" if code is not None else ""
+        )
         retryable = policy.restart_policy == "OnFailure" or (
             policy.restart_policy == "ExitCode" and code is not None and 128 <= code <= 255
         )
         if not retryable:
             delete_all()
-            why = {"Never": "restartPolicy is Never",
-                   "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"}.get(
-                policy.restart_policy, "")  # fmt: skip
+            why = {
+                "Never": "restartPolicy is Never",
+                "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode",
+            }.get(policy.restart_policy, "")
             _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
             return finish()
         if restarts >= policy.backoff_limit:
             delete_all()
-            _terminal(st, "Failed", "BackoffLimitExceeded",
-                      f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})")  # fmt: skip
+            _terminal(
+                st,
+                "Failed",
+                "BackoffLimitExceeded",
+                f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})",
+            )
             return finish()
         delete_all()
         st.new["restartCount"] = restarts + 1
         st.new["lastRestartTime"] = iso(now)
-        st.enter("Restarting", "GangRestart",
-                 f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})",
-                 warning=True)  # fmt: skip
+        st.enter(
+            "Restarting",
+            "GangRestart",
+            f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})",
+            warning=True,
+        )
         return finish(requeue=1.0)
 
     if missing:
         delete_all()
-        st.enter("Restarting", "PodMissing",
-                 f"pod(s) {', '.join(sorted(missing))} disappeared; restarting the gang (not counted "
-                 "against backoffLimit)", warning=True)  # fmt: skip
+        st.enter(
+            "Restarting",
+            "PodMissing",
+            f"pod(s) {', '.join(sorted(missing))} disappeared; restarting the gang (not counted "
+            "against backoffLimit)",
+            warning=True,
+        )
         return finish(requeue=1.0)
 
     if all(_phase(p) in ("Running", "Succeeded") for p in live):
@@ -330,8 +403,11 @@ def reconcile(
     lost = _lost_nodes([p for p in live if _phase(p) == "Pending"], snapshot_for_planning())
     if lost:
         delete_all()
-        st.enter("Restarting", "NodeLost",
-                 f"node(s) {', '.join(lost)} disappeared before the pods started; re-planning")  # fmt: skip
+        st.enter(
+            "Restarting",
+            "NodeLost",
+            f"node(s) {', '.join(lost)} disappeared before the pods started; re-planning",
+        )
         return finish(requeue=1.0)
     return finish(requeue=2.0)
 
@@ -346,11 +422,14 @@ def _role_name(pod: str, job: str, spec: TrainingJobSpec) -> str | None:
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:
     """Pinned nodes of still-pending pods that no longer exist in the cluster."""
-    lost = set()
-    known = {n.name for n in snapshot.nodes} | {n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes}
+    lost: set[str] = set()
+    known = {n.name for n in snapshot.nodes} | {
+        n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes
+    }
     for pod in pods:
         terms = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms") or []  # fmt: skip
+            "requiredDuringSchedulingIgnoredDuringExecution", {}
+        ).get("nodeSelectorTerms") or []
         for term in terms[:1]:
             for expr in term.get("matchExpressions") or []:
                 if expr.get("key") == c.LABEL_HOSTNAME and expr.get("operator") == "In":
@@ -371,12 +450,25 @@ def _terminal(st: _Status, phase: str, reason: str, message: str) -> None:
 def backoff_seconds(config: OperatorConfig, restarts: int) -> float:
     if restarts <= 0:
         return 0.0
-    return float(min(config.restart_backoff_seconds * 2 ** (restarts - 1), config.restart_backoff_max_seconds))
+    return float(
+        min(
+            config.restart_backoff_seconds * 2 ** (restarts - 1), config.restart_backoff_max_seconds
+        )
+    )
 
 
-def _start_gang(body: Mapping[str, Any], spec: TrainingJobSpec, st: _Status, acts: Actions,
-                snapshot_for_planning: Callable[[], Snapshot], config: OperatorConfig, now: datetime,
-                admission: Admission, restarts: int, finish: Callable[..., Actions]) -> Actions:  # fmt: skip
+def _start_gang(
+    body: Mapping[str, Any],
+    spec: TrainingJobSpec,
+    st: _Status,
+    acts: Actions,
+    snapshot_for_planning: Callable[[], Snapshot],
+    config: OperatorConfig,
+    now: datetime,
+    admission: Admission,
+    restarts: int,
+    finish: Callable[..., Actions],
+) -> Actions:
     last = parse_time(st.new.get("lastRestartTime"))
     if st.phase == "Restarting" and last is not None:
         wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
@@ -408,7 +500,10 @@ def _start_gang(body: Mapping[str, Any], spec: TrainingJobSpec, st: _Status, act
     st.new["placement"] = result.placement_status()
     st.new["startTime"] = st.new.get("startTime") or iso(now)
     placement = result.placement_status()
-    st.enter("Admitted", "GangPlaced",
-             f"{len(result.pods)} pods placed in {placement['level']} {placement['domain']} on "
-             f"{', '.join(placement['nodes'])}; image {result.image.image}")  # fmt: skip
+    st.enter(
+        "Admitted",
+        "GangPlaced",
+        f"{len(result.pods)} pods placed in {placement['level']} {placement['domain']} on "
+        f"{', '.join(placement['nodes'])}; image {result.image.image}",
+    )
     return finish(requeue=1.0)

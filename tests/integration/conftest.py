@@ -25,13 +25,20 @@ class Kube:
         self.cluster = cluster
         self.kubeconfig = str(cluster.kubeconfig)
 
-    def run(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return self.cluster.kubectl(*args, input=input, check=check)
 
-    def apply(self, obj: dict[str, Any] | list[dict[str, Any]] | str, *extra: str,
-              check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
-        doc = obj if isinstance(obj, str) else json.dumps(
-            obj if isinstance(obj, dict) else {"apiVersion": "v1", "kind": "List", "items": obj}
+    def apply(
+        self, obj: dict[str, Any] | list[dict[str, Any]] | str, *extra: str, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        doc = (
+            obj
+            if isinstance(obj, str)
+            else json.dumps(
+                obj if isinstance(obj, dict) else {"apiVersion": "v1", "kind": "List", "items": obj}
+            )
         )
         return self.run("apply", "-f", "-", *extra, input=doc, check=check)
 
@@ -42,8 +49,9 @@ class Kube:
         proc = self.run("get", *args, "-o", "json", check=False)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
 
-    def wait_for(self, what: str, probe: Callable[[], Any], timeout: float = 60,
-                 interval: float = 0.5) -> Any:  # fmt: skip
+    def wait_for(
+        self, what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.5
+    ) -> Any:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -54,8 +62,9 @@ class Kube:
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
 
     def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        items = self.get("events", "-n", namespace,
-                         "--field-selector", f"involvedObject.name={name}")["items"]  # fmt: skip
+        items = self.get(
+            "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+        )["items"]
         return list(items)
 
 
@@ -82,8 +91,10 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     base = request.node.name.lower().replace("_", "-")[:40].strip("-")
     name = f"t{next(_ns_counter)}-{base}".rstrip("-")
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    kube.wait_for(f"default ServiceAccount in {name}",
-                  lambda: kube.maybe_get("serviceaccount", "default", "-n", name))  # fmt: skip
+    kube.wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: kube.maybe_get("serviceaccount", "default", "-n", name),
+    )
     yield name
     kube.run("delete", "namespace", name, "--wait=false", check=False)
 
@@ -114,10 +125,22 @@ class OperatorProcess:
         env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig))
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainop.cli.main", "run", "--restart-backoff-seconds", "1",
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "trainop.cli.main",
+                "run",
+                "--restart-backoff-seconds",
+                "1",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--health-port",
+                str(self.health_port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.wait_healthy()
 
     def wait_healthy(self, timeout: float = 30) -> None:
@@ -127,7 +150,9 @@ class OperatorProcess:
         while time.monotonic() < deadline:
             assert self.proc is not None and self.proc.poll() is None, self.log_tail()
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=1
+                ):
                     return
             except OSError:
                 time.sleep(0.3)
@@ -156,7 +181,9 @@ class OperatorProcess:
     def metrics(self) -> str:
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as r:
             return str(r.read().decode())
 
 
@@ -164,12 +191,15 @@ class OperatorProcess:
 def crds_installed(kube: Kube) -> None:
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
     for crd in ("trainingjobs", "trainingqueues", "fabricprofiles"):
-        kube.run("wait", "--for", "condition=established", f"crd/{crd}.trainop.dev", "--timeout=30s")
+        kube.run(
+            "wait", "--for", "condition=established", f"crd/{crd}.trainop.dev", "--timeout=30s"
+        )
 
 
 @pytest.fixture(scope="session")
-def operator(local_cluster: LocalCluster, crds_installed: None,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:  # fmt: skip
+def operator(
+    local_cluster: LocalCluster, crds_installed: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
     op = OperatorProcess(local_cluster, tmp_path_factory.mktemp("operator"))
     op.start()
     yield op

@@ -10,11 +10,21 @@ import yaml
 from trainop.cluster.local import LocalCluster
 
 SMALL_FLEET = {
-    "classes": {"t4": {"gpu": {"product": "Tesla-T4", "count": 4, "memoryMiB": 15360,
-                               "family": "turing", "computeCapability": "7.5"},
-                       "driver": "535.183.01", "cudaRuntime": "12.2"}},
+    "classes": {
+        "t4": {
+            "gpu": {
+                "product": "Tesla-T4",
+                "count": 4,
+                "memoryMiB": 15360,
+                "family": "turing",
+                "computeCapability": "7.5",
+            },
+            "driver": "535.183.01",
+            "cudaRuntime": "12.2",
+        }
+    },
     "groups": [{"class": "t4", "count": 2, "block": "b", "rack": "r", "prefix": "t4"}],
-}  # fmt: skip
+}
 
 
 def _listening_ports(pids: set[int]) -> set[int]:
@@ -45,8 +55,13 @@ def test_up_then_down_leaves_nothing(tmp_path: Path) -> None:
     try:
         lc.up(str(fleet_file))
         procs = lc.processes()
-        assert set(procs) >= {"etcd", "kube-apiserver", "kube-controller-manager",
-                              "kube-scheduler", "kwok-controller"}  # fmt: skip
+        assert set(procs) >= {
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok-controller",
+        }
         ports = _listening_ports(set(procs.values()))
         assert ports, "the components should be listening"
         assert lc.status()["readyNodes"] == 2

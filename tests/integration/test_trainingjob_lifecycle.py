@@ -18,9 +18,16 @@ def _example(name: str = "pytorch-ddp.yaml") -> dict[str, Any]:
     return dict(yaml.safe_load((repo_root() / "examples" / name).read_text()))
 
 
-def _job(namespace: str, name: str = "bert", *, replicas: int = 2, gpus: int = 8,
-         annotations: dict[str, str] | None = None, run_policy: dict[str, Any] | None = None,
-         **spec: Any) -> dict[str, Any]:  # fmt: skip
+def _job(
+    namespace: str,
+    name: str = "bert",
+    *,
+    replicas: int = 2,
+    gpus: int = 8,
+    annotations: dict[str, str] | None = None,
+    run_policy: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     job = _example()
     job["metadata"] = {"name": name, "namespace": namespace}
     worker = job["spec"]["replicaSpecs"]["Worker"]
@@ -65,7 +72,8 @@ def test_example_runs_to_succeeded(kube: Kube, namespace: str) -> None:
         assert env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "8"
         assert env["PET_MASTER_ADDR"] == f"bert-worker-0.bert.{namespace}.svc"
     ranks = sorted(
-        {e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]}["PET_NODE_RANK"] for p in pods
+        {e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]}["PET_NODE_RANK"]
+        for p in pods
     )
     assert ranks == ["0", "1"]
     svc = kube.get("service", "bert", "-n", namespace)
@@ -73,7 +81,14 @@ def test_example_runs_to_succeeded(kube: Kube, namespace: str) -> None:
     # One rack holds the gang (placement Required on rack).
     assert tj["status"]["placement"]["span"]["rack"] == 1
     for p in pods:
-        kube.run("annotate", "pod", p["metadata"]["name"], "-n", namespace, "trainop.dev/fake-exit-code=0")
+        kube.run(
+            "annotate",
+            "pod",
+            p["metadata"]["name"],
+            "-n",
+            namespace,
+            "trainop.dev/fake-exit-code=0",
+        )
     tj = _wait_phase(kube, namespace, "bert", "Succeeded")
     assert tj["status"]["completionTime"]
     conds = {c["type"]: c["status"] for c in tj["status"]["conditions"]}
@@ -82,10 +97,20 @@ def test_example_runs_to_succeeded(kube: Kube, namespace: str) -> None:
     assert "GangPlaced" in reasons and "JobSucceeded" in reasons
 
 
-def test_failing_worker_restarts_gang_then_fails_after_backoff_limit(kube: Kube, namespace: str) -> None:
-    kube.apply(_job(namespace, "flaky", annotations={"trainop.dev/fake-exit-code": "137",
-                                                      "trainop.dev/fake-run-duration": "1s"},
-                    run_policy={"restartPolicy": "OnFailure", "backoffLimit": 2}))  # fmt: skip
+def test_failing_worker_restarts_gang_then_fails_after_backoff_limit(
+    kube: Kube, namespace: str
+) -> None:
+    kube.apply(
+        _job(
+            namespace,
+            "flaky",
+            annotations={
+                "trainop.dev/fake-exit-code": "137",
+                "trainop.dev/fake-run-duration": "1s",
+            },
+            run_policy={"restartPolicy": "OnFailure", "backoffLimit": 2},
+        )
+    )
     tj = _wait_phase(kube, namespace, "flaky", "Failed", timeout=90)
     assert tj["status"]["restartCount"] == 2
     failed = next(c for c in tj["status"]["conditions"] if c["type"] == "Failed")
@@ -97,8 +122,14 @@ def test_failing_worker_restarts_gang_then_fails_after_backoff_limit(kube: Kube,
 
 
 def test_exit_code_policy_permanent_failure_does_not_restart(kube: Kube, namespace: str) -> None:
-    kube.apply(_job(namespace, "perm", annotations={"trainop.dev/fake-exit-code": "2"},
-                    run_policy={"restartPolicy": "ExitCode", "backoffLimit": 3}))  # fmt: skip
+    kube.apply(
+        _job(
+            namespace,
+            "perm",
+            annotations={"trainop.dev/fake-exit-code": "2"},
+            run_policy={"restartPolicy": "ExitCode", "backoffLimit": 3},
+        )
+    )
     tj = _wait_phase(kube, namespace, "perm", "Failed")
     assert tj["status"].get("restartCount", 0) == 0
     failed = next(c for c in tj["status"]["conditions"] if c["type"] == "Failed")
@@ -108,12 +139,28 @@ def test_exit_code_policy_permanent_failure_does_not_restart(kube: Kube, namespa
 def test_suspend_and_resume(kube: Kube, namespace: str) -> None:
     kube.apply(_job(namespace, "pausable"))
     _wait_phase(kube, namespace, "pausable", "Running")
-    kube.run("patch", "trainingjob", "pausable", "-n", namespace, "--type=merge",
-             "-p", '{"spec":{"runPolicy":{"suspend":true}}}')  # fmt: skip
+    kube.run(
+        "patch",
+        "trainingjob",
+        "pausable",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":true}}}',
+    )
     _wait_phase(kube, namespace, "pausable", "Suspended")
     kube.wait_for("pods deleted on suspend", lambda: not _pods(kube, namespace, "pausable"))
-    kube.run("patch", "trainingjob", "pausable", "-n", namespace, "--type=merge",
-             "-p", '{"spec":{"runPolicy":{"suspend":false}}}')  # fmt: skip
+    kube.run(
+        "patch",
+        "trainingjob",
+        "pausable",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":false}}}',
+    )
     _wait_phase(kube, namespace, "pausable", "Running")
     assert len(_pods(kube, namespace, "pausable")) == 2
 
@@ -123,23 +170,33 @@ def test_delete_cleans_up(kube: Kube, namespace: str) -> None:
     _wait_phase(kube, namespace, "gone", "Running")
     kube.run("delete", "trainingjob", "gone", "-n", namespace, "--wait=true", "--timeout=60s")
     kube.wait_for("pods gone", lambda: not _pods(kube, namespace, "gone"))
-    kube.wait_for("service gone", lambda: kube.maybe_get("service", "gone", "-n", namespace) is None)
+    kube.wait_for(
+        "service gone", lambda: kube.maybe_get("service", "gone", "-n", namespace) is None
+    )
 
 
 @pytest.mark.parametrize(
     ("patch", "field", "words"),
     [
-        ({"replicaSpecs": {"Worker": {"replicas": 0, "gpus": 8}}}, "spec.replicaSpecs.Worker.replicas",
-         "greater than or equal to 1"),
-        ({"replicaSpecs": {"Chief": {"replicas": 1}}}, "spec.replicaSpecs", "Worker role is required"),
+        (
+            {"replicaSpecs": {"Worker": {"replicas": 0, "gpus": 8}}},
+            "spec.replicaSpecs.Worker.replicas",
+            "greater than or equal to 1",
+        ),
+        (
+            {"replicaSpecs": {"Chief": {"replicas": 1}}},
+            "spec.replicaSpecs",
+            "Worker role is required",
+        ),
         ({"framework": {"name": "caffe"}}, "spec.framework.name", "Unsupported value"),
         ({"placement": {"topology": "galaxy"}}, "spec.placement.topology", "Unsupported value"),
         ({"cuda": "twelve"}, "spec.cuda", "should match"),
     ],
     ids=["zero-replicas", "no-worker", "unknown-framework", "bad-topology", "bad-cuda"],
-)  # fmt: skip
-def test_schema_rejects_bad_documents_naming_the_field(kube: Kube, namespace: str, patch: dict[str, Any],
-                                                       field: str, words: str) -> None:  # fmt: skip
+)
+def test_schema_rejects_bad_documents_naming_the_field(
+    kube: Kube, namespace: str, patch: dict[str, Any], field: str, words: str
+) -> None:
     job = _job(namespace, "bad")
     job["spec"] = {**job["spec"], **copy.deepcopy(patch)}
     proc = kube.apply(job, check=False)
@@ -154,12 +211,16 @@ def test_semantic_error_sets_invalid_and_creates_no_pods(kube: Kube, namespace: 
     tj = _wait_phase(kube, namespace, "nogpu", "Invalid")
     cond = next(c for c in tj["status"]["conditions"] if c["type"] == "Invalid")
     assert cond["status"] == "True" and "spec.replicaSpecs.Worker.gpus" in cond["message"]
-    assert any(e["reason"] == "InvalidSpec" and e["type"] == "Warning"
-               for e in kube.events_for(namespace, "nogpu"))  # fmt: skip
+    assert any(
+        e["reason"] == "InvalidSpec" and e["type"] == "Warning"
+        for e in kube.events_for(namespace, "nogpu")
+    )
     assert not _pods(kube, namespace, "nogpu")
 
 
-def test_operator_killed_mid_job_converges(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+def test_operator_killed_mid_job_converges(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
     kube.apply(_job(namespace, "resilient"))
     _wait_phase(kube, namespace, "resilient", "Running")
     operator.kill()
@@ -167,18 +228,38 @@ def test_operator_killed_mid_job_converges(kube: Kube, namespace: str, operator:
     kube.run("delete", "pod", "resilient-worker-1", "-n", namespace, "--wait=false")
     operator.start()
     _wait_phase(kube, namespace, "resilient", "Running", timeout=60)
-    kube.wait_for("gang recreated", lambda: len([p for p in _pods(kube, namespace, "resilient")
-                                                  if p["status"].get("phase") == "Running"]) == 2)  # fmt: skip
+    kube.wait_for(
+        "gang recreated",
+        lambda: (
+            len(
+                [
+                    p
+                    for p in _pods(kube, namespace, "resilient")
+                    if p["status"].get("phase") == "Running"
+                ]
+            )
+            == 2
+        ),
+    )
     tj = kube.get("trainingjob", "resilient", "-n", namespace)
-    assert tj["status"].get("restartCount", 0) == 0, "a pod deleted by hand is not a training failure"
+    assert tj["status"].get("restartCount", 0) == 0, (
+        "a pod deleted by hand is not a training failure"
+    )
     names = [p["metadata"]["name"] for p in _pods(kube, namespace, "resilient")]
     assert sorted(names) == ["resilient-worker-0", "resilient-worker-1"], "no duplicates"
 
 
 def test_unplaceable_job_waits_with_reason(kube: Kube, namespace: str) -> None:
     kube.apply(_job(namespace, "huge", replicas=20, gpus=8))
-    kube.wait_for("pending reason", lambda: (kube.get("trainingjob", "huge", "-n", namespace)
-                                             .get("status") or {}).get("pendingReason") == "NoFit")  # fmt: skip
+    kube.wait_for(
+        "pending reason",
+        lambda: (
+            (kube.get("trainingjob", "huge", "-n", namespace).get("status") or {}).get(
+                "pendingReason"
+            )
+            == "NoFit"
+        ),
+    )
     tj = kube.get("trainingjob", "huge", "-n", namespace)
     assert tj["status"]["phase"] == "Queued"
     assert "rack" in tj["status"]["pendingMessage"]
@@ -187,7 +268,9 @@ def test_unplaceable_job_waits_with_reason(kube: Kube, namespace: str) -> None:
 
 def test_example_files_are_accepted_by_the_apiserver(kube: Kube) -> None:
     for path in sorted(Path(repo_root() / "examples").glob("*.yaml")):
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainingJob"]
+        docs = [
+            d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "TrainingJob"
+        ]
         for doc in docs:
             doc["metadata"]["namespace"] = "default"
             proc = kube.apply(doc, "--dry-run=server", check=False)

@@ -18,7 +18,9 @@ def test_committed_crds_match_models(directory: str) -> None:
     have = {p.name: p.read_text() for p in d.glob("trainop.dev_*.yaml")}
     assert set(have) == set(want), f"{directory}: run `make generate`"
     for name, text in want.items():
-        assert have[name] == text, f"{directory}/{name} drifted from the models: run `make generate`"
+        assert have[name] == text, (
+            f"{directory}/{name} drifted from the models: run `make generate`"
+        )
 
 
 def test_every_schema_field_has_a_description() -> None:

@@ -42,8 +42,12 @@ CASES = [
     ),
     pytest.param(
         gang(
-            ("Chief", 0, 0, 4), ("Worker", 0, 1, 4), ("Worker", 1, 2, 4),
-            ("PS", 0, None, 0), ("PS", 1, None, 0), ("Evaluator", 0, None, 1),
+            ("Chief", 0, 0, 4),
+            ("Worker", 0, 1, 4),
+            ("Worker", 1, 2, 4),
+            ("PS", 0, None, 0),
+            ("PS", 1, None, 0),
+            ("Evaluator", 0, None, 1),
         ),
         {
             "chief": [addr("chief", 0)],
@@ -51,8 +55,11 @@ CASES = [
             "ps": [addr("ps", 0), addr("ps", 1)],
         },
         {
-            ("Chief", 0): ("chief", 0), ("Worker", 0): ("worker", 0),
-            ("Worker", 1): ("worker", 1), ("PS", 0): ("ps", 0), ("PS", 1): ("ps", 1),
+            ("Chief", 0): ("chief", 0),
+            ("Worker", 0): ("worker", 0),
+            ("Worker", 1): ("worker", 1),
+            ("PS", 0): ("ps", 0),
+            ("PS", 1): ("ps", 1),
             ("Evaluator", 0): ("evaluator", 0),
         },
         id="chief-workers-ps-evaluator",
@@ -64,8 +71,10 @@ CASES = [
             "worker": [addr("worker", 1), addr("worker", 0), addr("worker", 2)],
         },
         {
-            ("Chief", 0): ("chief", 0), ("Worker", 1): ("worker", 0),
-            ("Worker", 0): ("worker", 1), ("Worker", 2): ("worker", 2),
+            ("Chief", 0): ("chief", 0),
+            ("Worker", 1): ("worker", 0),
+            ("Worker", 0): ("worker", 1),
+            ("Worker", 2): ("worker", 2),
         },
         id="workers-in-rank-order",
     ),
@@ -73,7 +82,8 @@ CASES = [
         gang(("Worker", 0, 2, 8), ("Worker", 1, 0, 8), ("Evaluator", 0, 1, 1)),
         {"worker": [addr("worker", 1), addr("worker", 0)]},
         {
-            ("Worker", 1): ("worker", 0), ("Worker", 0): ("worker", 1),
+            ("Worker", 1): ("worker", 0),
+            ("Worker", 0): ("worker", 1),
             ("Evaluator", 0): ("evaluator", 0),
         },
         id="gpu-evaluator-ranked-by-placement",
@@ -84,7 +94,7 @@ CASES = [
         {("Worker", 0): ("worker", 0), ("Evaluator", 0): ("evaluator", 0)},
         id="custom-port",
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("inp", "cluster", "tasks"), CASES)

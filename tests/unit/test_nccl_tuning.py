@@ -267,13 +267,17 @@ def test_ib_hca_value_is_exact(hcas: tuple[str, ...], value: str) -> None:
 @pytest.mark.parametrize(
     ("hcas", "gpus", "expected"),
     [
-        pytest.param(DGX1_HCAS, 8, ["mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2",
-                                    "mlx5_3", "mlx5_3"], id="dgx1-pairs"),
+        pytest.param(
+            DGX1_HCAS,
+            8,
+            ["mlx5_0", "mlx5_0", "mlx5_1", "mlx5_1", "mlx5_2", "mlx5_2", "mlx5_3", "mlx5_3"],
+            id="dgx1-pairs",
+        ),
         pytest.param(DGX_A100_HCAS, 8, list(DGX_A100_HCAS), id="dgx-a100-one-each"),
         pytest.param(DGX_H100_HCAS, 8, list(DGX_H100_HCAS), id="dgx-h100-user-guide"),
         pytest.param(DGX_H100_HCAS, 4, ["mlx5_0", "mlx5_4", "mlx5_6", "mlx5_10"], id="fewer-gpus"),
     ],
-)  # fmt: skip
+)
 def test_hca_for_gpu(hcas: tuple[str, ...], gpus: int, expected: list[str]) -> None:
     assert [hca_for_gpu(hcas, i, gpus) for i in range(gpus)] == expected
 

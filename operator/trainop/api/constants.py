@@ -49,10 +49,14 @@ DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 ANNOTATION_PREFIX = "trainop.dev"
 FINALIZER = "trainop.dev/finalizer"
 SCHEDULING_GATE = "trainop.dev/admission"
-ANNOTATION_RESTART_COUNT = "trainop.dev/restart-count"  # on pods: the gang generation they belong to
+ANNOTATION_RESTART_COUNT = (
+    "trainop.dev/restart-count"  # on pods: the gang generation they belong to
+)
 ANNOTATION_SPEC_HASH = "trainop.dev/spec-hash"
 # Fake-node lifecycle (local cluster only, honoured by the KWOK stages trainop ships):
-ANNOTATION_FAKE_EXIT_CODE = "trainop.dev/fake-exit-code"  # "0" succeeds, other values fail with that code
+ANNOTATION_FAKE_EXIT_CODE = (
+    "trainop.dev/fake-exit-code"  # "0" succeeds, other values fail with that code
+)
 ANNOTATION_FAKE_RUN_DURATION = "trainop.dev/fake-run-duration"  # Go duration, e.g. "5s"; default 1s
 # Simulation inputs (trainop simulate)
 ANNOTATION_SIM_SUBMIT = "trainop.dev/sim-submit-seconds"

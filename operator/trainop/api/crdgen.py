@@ -12,12 +12,33 @@ from trainop.api import constants as c
 
 # Keywords a structural schema may carry; pydantic's others (title, $defs, ...) are dropped.
 _KEEP = {
-    "type", "description", "default", "enum", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
-    "minProperties", "maxProperties", "items", "properties", "required", "additionalProperties",
-    "format", "nullable", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations",
-    "x-kubernetes-int-or-string", "x-kubernetes-list-type", "x-kubernetes-map-type",
-}  # fmt: skip
+    "type",
+    "description",
+    "default",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "properties",
+    "required",
+    "additionalProperties",
+    "format",
+    "nullable",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-validations",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-list-type",
+    "x-kubernetes-map-type",
+}
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -63,7 +84,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if out.get("x-kubernetes-preserve-unknown-fields"):
         out["type"] = "object"
         out.pop("additionalProperties", None)
-    if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+    if (
+        out.get("type") == "object"
+        and "properties" not in out
+        and "additionalProperties" not in out
+    ):
         out["x-kubernetes-preserve-unknown-fields"] = True
     if out.get("additionalProperties") is False:
         del out["additionalProperties"]
@@ -96,9 +121,11 @@ class CrdSpec:
 
 def build_crd(spec: CrdSpec) -> dict[str, Any]:
     spec_schema = model_schema(spec.spec_model)
-    spec_schema["description"] = spec.spec_model.__doc__.strip().splitlines()[0] if (
-        spec.spec_model.__doc__
-    ) else f"Desired state of the {spec.kind}."
+    spec_schema["description"] = (
+        spec.spec_model.__doc__.strip().splitlines()[0]
+        if (spec.spec_model.__doc__)
+        else f"Desired state of the {spec.kind}."
+    )
     if spec.spec_validations:
         spec_schema["x-kubernetes-validations"] = list(spec.spec_validations)
     properties: dict[str, Any] = {
@@ -111,7 +138,11 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
         status = model_schema(spec.status_model)
         status["description"] = f"Observed state of the {spec.kind}, written by the operator."
         properties["status"] = status
-    root: dict[str, Any] = {"type": "object", "description": spec.description, "properties": properties}
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": spec.description,
+        "properties": properties,
+    }
     if spec.spec_required:
         root["required"] = ["spec"]
     version: dict[str, Any] = {

@@ -12,22 +12,37 @@ FrameworkName = Literal["pytorch", "tensorflow", "jax", "mpi", "paddle", "mxnet"
 Role = Literal["Worker", "Chief", "PS", "Evaluator", "Launcher", "Server", "Scheduler"]
 ROLES: tuple[str, ...] = ("Worker", "Chief", "PS", "Evaluator", "Launcher", "Server", "Scheduler")
 Phase = Literal[
-    "Created", "Queued", "Admitted", "Running", "Restarting",
-    "Succeeded", "Failed", "Suspended", "Invalid",
-]  # fmt: skip
+    "Created",
+    "Queued",
+    "Admitted",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+    "Invalid",
+]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 # Condition types, one per lifecycle fact (status True/False), as in DESIGN.md's phases
 # plus Preempted (queueing) and Invalid.
 CONDITION_TYPES = (
-    "Created", "Queued", "Admitted", "Running", "Restarting", "Succeeded", "Failed",
-    "Suspended", "Invalid", "Preempted",
-)  # fmt: skip
+    "Created",
+    "Queued",
+    "Admitted",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+    "Invalid",
+    "Preempted",
+)
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    out = {"rule": rule, "message": message}
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
     return out
@@ -155,14 +170,22 @@ class TrainingJobSpec(ApiModel):
                     "'Server', 'Scheduler'])",
                     "roles must be Worker, Chief, PS, Evaluator, Launcher, Server or Scheduler",
                 ),
-                _cel("!('Chief' in self) || self['Chief'].replicas <= 1",
-                     "at most one Chief: set spec.replicaSpecs.Chief.replicas to 1"),  # fmt: skip
-                _cel("!('Evaluator' in self) || self['Evaluator'].replicas <= 1",
-                     "at most one Evaluator: set spec.replicaSpecs.Evaluator.replicas to 1"),  # fmt: skip
-                _cel("!('Launcher' in self) || self['Launcher'].replicas == 1",
-                     "exactly one Launcher: set spec.replicaSpecs.Launcher.replicas to 1"),  # fmt: skip
-                _cel("!('Scheduler' in self) || self['Scheduler'].replicas == 1",
-                     "exactly one Scheduler: set spec.replicaSpecs.Scheduler.replicas to 1"),  # fmt: skip
+                _cel(
+                    "!('Chief' in self) || self['Chief'].replicas <= 1",
+                    "at most one Chief: set spec.replicaSpecs.Chief.replicas to 1",
+                ),
+                _cel(
+                    "!('Evaluator' in self) || self['Evaluator'].replicas <= 1",
+                    "at most one Evaluator: set spec.replicaSpecs.Evaluator.replicas to 1",
+                ),
+                _cel(
+                    "!('Launcher' in self) || self['Launcher'].replicas == 1",
+                    "exactly one Launcher: set spec.replicaSpecs.Launcher.replicas to 1",
+                ),
+                _cel(
+                    "!('Scheduler' in self) || self['Scheduler'].replicas == 1",
+                    "exactly one Scheduler: set spec.replicaSpecs.Scheduler.replicas to 1",
+                ),
             ]
         },
     )
@@ -206,21 +229,35 @@ class TrainingJobSpec(ApiModel):
 
 
 TRAININGJOB_SPEC_VALIDATIONS = [
-    _cel("self.framework.name != 'mpi' || 'Launcher' in self.replicaSpecs",
-         "an mpi job needs spec.replicaSpecs.Launcher (replicas: 1)", ".replicaSpecs"),  # fmt: skip
-    _cel("self.framework.name == 'mpi' || !('Launcher' in self.replicaSpecs)",
-         "Launcher is a role of mpi jobs only: remove spec.replicaSpecs.Launcher or use "
-         "framework mpi", ".replicaSpecs"),  # fmt: skip
-    _cel("self.framework.name == 'tensorflow' || !('Chief' in self.replicaSpecs || "
-         "'PS' in self.replicaSpecs || 'Evaluator' in self.replicaSpecs)",
-         "Chief, PS and Evaluator are roles of tensorflow jobs only", ".replicaSpecs"),  # fmt: skip
-    _cel("self.framework.name == 'mxnet' || !('Server' in self.replicaSpecs || "
-         "'Scheduler' in self.replicaSpecs)",
-         "Server and Scheduler are roles of mxnet jobs only", ".replicaSpecs"),  # fmt: skip
-    _cel("self.framework.name != 'mxnet' || ('Scheduler' in self.replicaSpecs && "
-         "'Server' in self.replicaSpecs)",
-         "an mxnet job needs spec.replicaSpecs.Scheduler and spec.replicaSpecs.Server",
-         ".replicaSpecs"),  # fmt: skip
+    _cel(
+        "self.framework.name != 'mpi' || 'Launcher' in self.replicaSpecs",
+        "an mpi job needs spec.replicaSpecs.Launcher (replicas: 1)",
+        ".replicaSpecs",
+    ),
+    _cel(
+        "self.framework.name == 'mpi' || !('Launcher' in self.replicaSpecs)",
+        "Launcher is a role of mpi jobs only: remove spec.replicaSpecs.Launcher or use "
+        "framework mpi",
+        ".replicaSpecs",
+    ),
+    _cel(
+        "self.framework.name == 'tensorflow' || !('Chief' in self.replicaSpecs || "
+        "'PS' in self.replicaSpecs || 'Evaluator' in self.replicaSpecs)",
+        "Chief, PS and Evaluator are roles of tensorflow jobs only",
+        ".replicaSpecs",
+    ),
+    _cel(
+        "self.framework.name == 'mxnet' || !('Server' in self.replicaSpecs || "
+        "'Scheduler' in self.replicaSpecs)",
+        "Server and Scheduler are roles of mxnet jobs only",
+        ".replicaSpecs",
+    ),
+    _cel(
+        "self.framework.name != 'mxnet' || ('Scheduler' in self.replicaSpecs && "
+        "'Server' in self.replicaSpecs)",
+        "an mxnet job needs spec.replicaSpecs.Scheduler and spec.replicaSpecs.Server",
+        ".replicaSpecs",
+    ),
 ]
 
 
@@ -234,7 +271,9 @@ class Condition(ApiModel):
 
 
 class ReplicaStatus(ApiModel):
-    pending: int = Field(default=0, description="Pods not yet running (gated, unscheduled, starting).")
+    pending: int = Field(
+        default=0, description="Pods not yet running (gated, unscheduled, starting)."
+    )
     running: int = Field(default=0, description="Pods running.")
     succeeded: int = Field(default=0, description="Pods exited 0.")
     failed: int = Field(default=0, description="Pods exited non-zero.")
@@ -242,9 +281,13 @@ class ReplicaStatus(ApiModel):
 
 class PlacementStatus(ApiModel):
     level: str | None = Field(default=None, description="node | clique | rack | block | cluster.")
-    domain: str | None = Field(default=None, description="The domain holding the gang, e.g. rack-h100-a.")
+    domain: str | None = Field(
+        default=None, description="The domain holding the gang, e.g. rack-h100-a."
+    )
     nodes: list[str] = Field(default_factory=list, description="Nodes in rank order.")
-    span: dict[str, int] = Field(default_factory=dict, description="Distinct nodes/racks/blocks used.")
+    span: dict[str, int] = Field(
+        default_factory=dict, description="Distinct nodes/racks/blocks used."
+    )
     score: float | None = Field(default=None, description="Placement score (lower is better).")
 
 
@@ -256,12 +299,22 @@ class TrainingJobStatus(ApiModel):
     )
     gpus: int | None = Field(default=None, description="GPUs the job asks for in total.")
     image: str | None = Field(default=None, description="The image the pods run.")
-    restart_count: int = Field(default=0, description="Gang restarts so far (not counting preemptions).")
+    restart_count: int = Field(
+        default=0, description="Gang restarts so far (not counting preemptions)."
+    )
     start_time: str | None = Field(default=None, description="When the gang was first admitted.")
     completion_time: str | None = Field(default=None, description="When the job finished.")
     last_restart_time: str | None = Field(default=None, description="When the gang last restarted.")
-    observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
+    observed_generation: int | None = Field(
+        default=None, description="Last spec generation acted on."
+    )
     placement: PlacementStatus | None = Field(default=None, description="Where the gang landed.")
-    queue_position: int | None = Field(default=None, description="1-based position among pending jobs of its queue.")
-    pending_reason: str | None = Field(default=None, description="Quota | NoFit | Policy | Incompatible.")
-    pending_message: str | None = Field(default=None, description="Why the job waits, in one sentence.")
+    queue_position: int | None = Field(
+        default=None, description="1-based position among pending jobs of its queue."
+    )
+    pending_reason: str | None = Field(
+        default=None, description="Quota | NoFit | Policy | Incompatible."
+    )
+    pending_message: str | None = Field(
+        default=None, description="Why the job waits, in one sentence."
+    )

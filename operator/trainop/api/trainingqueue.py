@@ -26,13 +26,17 @@ class GpuQuota(ApiModel):
     )
     gpus: int = Field(ge=0, description="Nominal GPUs of these products this queue may use.")
     borrowing_limit: int | None = Field(
-        default=None, ge=0, description="At most this many GPUs borrowed from the cohort; empty: no limit."
+        default=None,
+        ge=0,
+        description="At most this many GPUs borrowed from the cohort; empty: no limit.",
     )
 
 
 class CudaRange(ApiModel):
     min: str | None = Field(default=None, pattern=r"^\d+\.\d+$", description="Lowest CUDA allowed.")
-    max: str | None = Field(default=None, pattern=r"^\d+\.\d+$", description="Highest CUDA allowed.")
+    max: str | None = Field(
+        default=None, pattern=r"^\d+\.\d+$", description="Highest CUDA allowed."
+    )
 
 
 class TenantPolicy(ApiModel):
@@ -47,9 +51,13 @@ class TenantPolicy(ApiModel):
     max_gpus_per_job: int | None = Field(default=None, ge=1, description="Largest job, in GPUs.")
     max_running_jobs: int | None = Field(default=None, ge=1, description="Admitted jobs at once.")
     allow_privileged: bool = Field(default=False, description="Pod templates may be privileged.")
-    allow_host_network: bool = Field(default=False, description="Pod templates may use hostNetwork.")
+    allow_host_network: bool = Field(
+        default=False, description="Pod templates may use hostNetwork."
+    )
     allow_host_pid: bool = Field(default=False, description="Pod templates may use hostPID.")
-    allow_host_path: bool = Field(default=False, description="Pod templates may mount hostPath volumes.")
+    allow_host_path: bool = Field(
+        default=False, description="Pod templates may mount hostPath volumes."
+    )
     allowed_capabilities: list[str] = Field(
         default_factory=list,
         description="Linux capabilities templates may add (IPC_LOCK, which trainop adds for "
@@ -80,7 +88,9 @@ class TrainingQueueSpec(ApiModel):
         default=False,
         description="Jobs in served namespaces that name no queue go to this one.",
     )
-    quotas: list[GpuQuota] = Field(default_factory=list, description="GPU quotas per product group.")
+    quotas: list[GpuQuota] = Field(
+        default_factory=list, description="GPU quotas per product group."
+    )
     cohort: str | None = Field(
         default=None, description="Queues of one cohort lend each other idle quota."
     )
@@ -92,13 +102,15 @@ class TrainingQueueSpec(ApiModel):
         "capacity is held for it.",
     )
     preemption: Preemption = Field(
-        default_factory=Preemption, description="Preemption policy.",
+        default_factory=Preemption,
+        description="Preemption policy.",
         json_schema_extra={"default": {}},
-    )  # fmt: skip
+    )
     policy: TenantPolicy = Field(
-        default_factory=TenantPolicy, description="Tenant policy.",
+        default_factory=TenantPolicy,
+        description="Tenant policy.",
         json_schema_extra={"default": {}},
-    )  # fmt: skip
+    )
 
 
 class ProductUsage(ApiModel):

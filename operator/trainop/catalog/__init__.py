@@ -1,4 +1,4 @@
-"""Framework x NGC release x CUDA x driver x GPU architecture facts, image choice and node compatibility."""  # noqa: E501
+"""Framework x NGC release x CUDA x driver x GPU architecture facts, image choice and node compatibility."""
 
 from trainop.catalog.affinity import node_affinity_terms
 from trainop.catalog.compat import Compat, check_node, is_gpu_node, summarize_incompatible

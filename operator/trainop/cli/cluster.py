@@ -44,8 +44,12 @@ def build() -> None:
 @cluster.command("up")
 @_name
 @_bin_dir
-@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False, exists=True),
-              help="Fleet file (node classes x count x rack/block); default: the packaged one.")  # fmt: skip
+@click.option(
+    "--fleet",
+    "fleet_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Fleet file (node classes x count x rack/block); default: the packaged one.",
+)
 def up(name: str, bin_dir: str | None, fleet_path: str | None) -> None:
     """Create (or repair) the cluster and its fleet; safe to run again."""
     lc = LocalCluster(name=name, bin_dir=bin_dir)

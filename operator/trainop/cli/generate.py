@@ -20,7 +20,7 @@ def crd_files() -> dict[str, str]:
     """File name -> content, e.g. trainop.dev_trainingjobs.yaml."""
     out = {}
     for crd in all_crds():
-        name = crd["metadata"]["name"]  # type: ignore[index]
+        name = crd["metadata"]["name"]
         group_plural = name.split(".", 1)
         out[f"{group_plural[1]}_{group_plural[0]}.yaml"] = render_crd(crd)
     return out
@@ -32,10 +32,22 @@ def generate() -> None:
 
 
 @click.command("crds")
-@click.option("--out", "outs", multiple=True, type=click.Path(file_okay=False), default=["crds"],
-              show_default=True, help="Directory to write into (repeatable).")  # fmt: skip
-@click.option("--chart", "charts", multiple=True, type=click.Path(file_okay=False),
-              help="Also write into this directory (e.g. charts/trainop/crds).")  # fmt: skip
+@click.option(
+    "--out",
+    "outs",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    default=["crds"],
+    show_default=True,
+    help="Directory to write into (repeatable).",
+)
+@click.option(
+    "--chart",
+    "charts",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Also write into this directory (e.g. charts/trainop/crds).",
+)
 def crds(outs: tuple[str, ...], charts: tuple[str, ...]) -> None:
     """Write one YAML file per CRD."""
     files = crd_files()

@@ -11,20 +11,45 @@ import click
 
 @click.command("run")
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig (in-cluster credentials win).")
-@click.option("--namespace", "namespaces", multiple=True,
-              help="Watch only these namespaces (repeatable); default: cluster-wide.")  # fmt: skip
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
-              help="Operator config YAML (topology levels, fabric profiles, catalog overrides).")  # fmt: skip
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Watch only these namespaces (repeatable); default: cluster-wide.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Operator config YAML (topology levels, fabric profiles, catalog overrides).",
+)
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="Port of /metrics.")
-@click.option("--health-port", type=int, default=8081, show_default=True,
-              help="Port of the liveness endpoint /healthz.")  # fmt: skip
-@click.option("--restart-backoff-seconds", type=float, default=10.0, show_default=True,
-              help="First gang-restart delay; doubles per restart.")  # fmt: skip
+@click.option(
+    "--health-port",
+    type=int,
+    default=8081,
+    show_default=True,
+    help="Port of the liveness endpoint /healthz.",
+)
+@click.option(
+    "--restart-backoff-seconds",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="First gang-restart delay; doubles per restart.",
+)
 @click.option("--restart-backoff-max-seconds", type=float, default=300.0, show_default=True)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
-def run(kubeconfig: str | None, namespaces: tuple[str, ...], config_path: str | None, metrics_port: int,
-        health_port: int, restart_backoff_seconds: float, restart_backoff_max_seconds: float,
-        verbose: bool) -> None:  # fmt: skip
+def run(
+    kubeconfig: str | None,
+    namespaces: tuple[str, ...],
+    config_path: str | None,
+    metrics_port: int,
+    health_port: int,
+    restart_backoff_seconds: float,
+    restart_backoff_max_seconds: float,
+    verbose: bool,
+) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
     import dataclasses
 
@@ -35,8 +60,10 @@ def run(kubeconfig: str | None, namespaces: tuple[str, ...], config_path: str | 
     from trainop.kube.client import load_kube_config
     from trainop.planner import OperatorConfig
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
     load_kube_config(kubeconfig)

@@ -24,13 +24,37 @@ HELM_VERSION = "v3.22.0"
 # published v0.<minor>.<patch>. The list mirrors the `replace` block of the release's
 # go.mod; sample-* modules are not published and nothing we build imports them.
 KUBERNETES_STAGING = (
-    "api", "apiextensions-apiserver", "apimachinery", "apiserver", "cli-runtime",
-    "client-go", "cloud-provider", "cluster-bootstrap", "code-generator", "component-base",
-    "component-helpers", "controller-manager", "cri-api", "cri-client", "cri-streaming",
-    "csi-translation-lib", "dynamic-resource-allocation", "endpointslice", "externaljwt",
-    "kms", "kube-aggregator", "kube-controller-manager", "kube-proxy", "kube-scheduler",
-    "kubectl", "kubelet", "metrics", "mount-utils", "pod-security-admission", "streaming",
-)  # fmt: skip
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "cri-streaming",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "streaming",
+)
 
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
@@ -88,7 +112,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], progress: Progress, lab
         if proc.returncode != 0:
             log.seek(0)
             tail = log.read()[-4000:]
-            raise BuildError(f"{label} failed (exit {proc.returncode}) running {' '.join(cmd)}:\n{tail}")
+            raise BuildError(
+                f"{label} failed (exit {proc.returncode}) running {' '.join(cmd)}:\n{tail}"
+            )
     progress(f"{label}: done in {time.monotonic() - started:.0f} s")
 
 
@@ -143,23 +169,40 @@ def _build(component: Component, dest: Path, progress: Progress) -> None:
         if component.name == "kubernetes":
             pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
             # One `go build` for all commands so they share one compile of the common code.
-            _build_module(work, _kubernetes_go_mod(component.version), pkgs, dest, progress,
-                          f"kubernetes {component.version}")  # fmt: skip
+            _build_module(
+                work,
+                _kubernetes_go_mod(component.version),
+                pkgs,
+                dest,
+                progress,
+                f"kubernetes {component.version}",
+            )
         elif component.name == "etcd":
             go_mod = (
                 "module trainop.dev/localcluster/etcd\n\ngo 1.26.0\n\n"
                 f"require go.etcd.io/etcd/server/v3 {component.version}\n"
             )
-            _build_module(work, go_mod, ["go.etcd.io/etcd/server/v3"], dest / "etcd", progress,
-                          f"etcd {component.version}")  # fmt: skip
+            _build_module(
+                work,
+                go_mod,
+                ["go.etcd.io/etcd/server/v3"],
+                dest / "etcd",
+                progress,
+                f"etcd {component.version}",
+            )
         elif component.name in ("kwok", "helm"):
             # These modules have no replace directives, so plain `go install` works.
             module = {"kwok": "sigs.k8s.io/kwok/cmd", "helm": "helm.sh/helm/v3/cmd"}[component.name]
             env = _go_env(gobin=dest)
             dest.mkdir(parents=True, exist_ok=True)
             for binary in component.binaries:
-                cmd = ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}",
-                       f"{module}/{binary}@{component.version}"]  # fmt: skip
+                cmd = [
+                    "go",
+                    "install",
+                    "-trimpath",
+                    f"-ldflags={LDFLAGS}",
+                    f"{module}/{binary}@{component.version}",
+                ]
                 _run(cmd, work, env, progress, f"{binary} {component.version}")
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"unknown component {component.name}")

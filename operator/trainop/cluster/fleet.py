@@ -98,8 +98,10 @@ def load_fleet(path: str | Path | None = None) -> Fleet:
     for i, g in enumerate(fleet.groups):
         if g.node_class not in fleet.classes:
             known = ", ".join(sorted(fleet.classes))
-            raise FleetError(f"fleet file {p}: groups.{i}.class: unknown class {g.node_class!r}; "
-                             f"known classes: {known}")  # fmt: skip
+            raise FleetError(
+                f"fleet file {p}: groups.{i}.class: unknown class {g.node_class!r}; "
+                f"known classes: {known}"
+            )
     return fleet
 
 
@@ -165,7 +167,11 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
             }
             if cls.clique_size:
                 labels[c.LABEL_GPU_CLIQUE] = f"{g.rack}.{(i - 1) // cls.clique_size}"
-            resources_: dict[str, str] = {"cpu": cls.cpu, "memory": cls.memory, "pods": str(cls.pods)}
+            resources_: dict[str, str] = {
+                "cpu": cls.cpu,
+                "memory": cls.memory,
+                "pods": str(cls.pods),
+            }
             if cls.gpu:
                 resources_[c.RESOURCE_GPU] = str(cls.gpu.count)
             if cls.rdma:
@@ -178,18 +184,25 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
             }
             if cls.images:
-                status["images"] = [{"names": [img], "sizeBytes": 20_000_000_000} for img in cls.images]
-            nodes.append({
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "labels": labels,
-                    "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                },
-                "spec": {},
-                "status": status,
-            })  # fmt: skip
+                status["images"] = [
+                    {"names": [img], "sizeBytes": 20_000_000_000} for img in cls.images
+                ]
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": labels,
+                        "annotations": {
+                            KWOK_NODE_ANNOTATION: "fake",
+                            "node.alpha.kubernetes.io/ttl": "0",
+                        },
+                    },
+                    "spec": {},
+                    "status": status,
+                }
+            )
     return nodes
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -140,20 +141,33 @@ class LocalCluster:
                 _say("start failed; recreating the cluster")
                 self.down()
         if not self.exists():
-            _say(f"creating cluster {self.name!r} (etcd, kube-apiserver, kube-controller-manager, "
-                 "kube-scheduler, kwok)")  # fmt: skip
+            _say(
+                f"creating cluster {self.name!r} (etcd, kube-apiserver, kube-controller-manager, "
+                "kube-scheduler, kwok)"
+            )
             self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
             self.kwokctl(
-                "create", "cluster", "--runtime", "binary",
-                "--kube-apiserver-binary", str(bins["kube-apiserver"]),
-                "--kube-controller-manager-binary", str(bins["kube-controller-manager"]),
-                "--kube-scheduler-binary", str(bins["kube-scheduler"]),
-                "--etcd-binary", str(bins["etcd"]),
-                "--kwok-controller-binary", str(bins["kwok"]),
-                "--kubeconfig", str(self.kubeconfig),
-                "--config", str(stages_path()),
-                "--wait", "90s",
-            )  # fmt: skip
+                "create",
+                "cluster",
+                "--runtime",
+                "binary",
+                "--kube-apiserver-binary",
+                str(bins["kube-apiserver"]),
+                "--kube-controller-manager-binary",
+                str(bins["kube-controller-manager"]),
+                "--kube-scheduler-binary",
+                str(bins["kube-scheduler"]),
+                "--etcd-binary",
+                str(bins["etcd"]),
+                "--kwok-controller-binary",
+                str(bins["kwok"]),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--config",
+                str(stages_path()),
+                "--wait",
+                "90s",
+            )
         self.apply_fleet(the_fleet)
         self.wait_ready(the_fleet, wait_seconds)
         took = time.monotonic() - started
@@ -213,10 +227,8 @@ class LocalCluster:
         for name, pid in pids.items():
             if self._alive(pid):
                 _say(f"{name} (pid {pid}) outlived kwokctl delete; killing it")
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         self.kubeconfig.unlink(missing_ok=True)
 
     def status(self) -> dict[str, Any]:
@@ -233,7 +245,9 @@ class LocalCluster:
             info["readyNodes"] = sum(
                 1
                 for n in nodes
-                if any(c.get("type") == "Ready" and c.get("status") == "True"
-                       for c in n.get("status", {}).get("conditions", []))  # fmt: skip
+                if any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                )
             )
         return info

@@ -45,30 +45,62 @@ class Runtime:
 
 def _slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
-    return copy.deepcopy({
-        "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
-        "spec": {"taints": spec.get("taints") or [], "unschedulable": spec.get("unschedulable", False)},
-        "status": {k: status.get(k) for k in ("allocatable", "capacity", "conditions", "images")
-                   if status.get(k) is not None},
-    })  # fmt: skip
+    return copy.deepcopy(
+        {
+            "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+            "spec": {
+                "taints": spec.get("taints") or [],
+                "unschedulable": spec.get("unschedulable", False),
+            },
+            "status": {
+                k: status.get(k)
+                for k in ("allocatable", "capacity", "conditions", "images")
+                if status.get(k) is not None
+            },
+        }
+    )
 
 
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
-    return copy.deepcopy({
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "labels", "annotations",
-                                              "deletionTimestamp", "ownerReferences", "uid")},
-        "spec": {k: spec.get(k) for k in ("nodeName", "containers", "initContainers", "overhead",
-                                          "affinity", "schedulingGates", "nodeSelector")},
-        "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
-    })  # fmt: skip
+    return copy.deepcopy(
+        {
+            "metadata": {
+                k: meta.get(k)
+                for k in (
+                    "name",
+                    "namespace",
+                    "labels",
+                    "annotations",
+                    "deletionTimestamp",
+                    "ownerReferences",
+                    "uid",
+                )
+            },
+            "spec": {
+                k: spec.get(k)
+                for k in (
+                    "nodeName",
+                    "containers",
+                    "initContainers",
+                    "overhead",
+                    "affinity",
+                    "schedulingGates",
+                    "nodeSelector",
+                )
+            },
+            "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
+        }
+    )
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md).
     settings.persistence.finalizer = c.FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.ANNOTATION_PREFIX)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=c.ANNOTATION_PREFIX
+    )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
@@ -85,12 +117,16 @@ def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]
 
 
 @kopf.index("pods")
-def pod_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+def pod_index(
+    namespace: str, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
     return {(namespace, name): _slim_pod(body)}
 
 
 @kopf.index(JOBS)
-def job_index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+def job_index(
+    namespace: str, name: str, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
     return {(namespace, name): copy.deepcopy(dict(body))}
 
 
@@ -111,8 +147,10 @@ def _current_body(key: tuple[str, str], job_index: kopf.Index[Any, Any]) -> dict
     written = Runtime.written.get(key)
     if indexed is None:
         return None  # deleted
-    if written is not None and written["metadata"].get("uid") == indexed["metadata"].get("uid") and (
-        _rv(written) > _rv(indexed)
+    if (
+        written is not None
+        and written["metadata"].get("uid") == indexed["metadata"].get("uid")
+        and (_rv(written) > _rv(indexed))
     ):
         return written
     return indexed
@@ -131,8 +169,13 @@ def _requeue(key: tuple[str, str], delay: float, indexes: dict[str, Any]) -> Non
     )
 
 
-async def reconcile_job(key: tuple[str, str], *, node_index: kopf.Index[Any, Any],
-                        pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any]) -> None:  # fmt: skip
+async def reconcile_job(
+    key: tuple[str, str],
+    *,
+    node_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    job_index: kopf.Index[Any, Any],
+) -> None:
     lock = Runtime.locks.setdefault(key, asyncio.Lock())
     async with lock:
         body = _current_body(key, job_index)
@@ -146,22 +189,35 @@ async def reconcile_job(key: tuple[str, str], *, node_index: kopf.Index[Any, Any
             log.exception("reconcile of %s/%s failed", *key)
             acts = None
         finally:
-            metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(time.monotonic() - started)
+            metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(
+                time.monotonic() - started
+            )
     if acts is not None and acts.requeue_after is not None:
-        _requeue(key, acts.requeue_after,
-                 {"node_index": node_index, "pod_index": pod_index, "job_index": job_index})  # fmt: skip
+        _requeue(
+            key,
+            acts.requeue_after,
+            {"node_index": node_index, "pod_index": pod_index, "job_index": job_index},
+        )
 
 
-async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], node_index: kopf.Index[Any, Any],
-                          pod_index: kopf.Index[Any, Any]) -> Actions:  # fmt: skip
+async def _reconcile_once(
+    key: tuple[str, str],
+    body: dict[str, Any],
+    node_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+) -> Actions:
     ns, name = key
     uid = body["metadata"].get("uid")
     all_pods = _values(pod_index)
-    mine = [p for p in all_pods if p["metadata"].get("namespace") == ns
-            and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == name
-            and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])]  # fmt: skip
+    mine = [
+        p
+        for p in all_pods
+        if p["metadata"].get("namespace") == ns
+        and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == name
+        and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
+    ]
 
-    def snapshot():  # type: ignore[no-untyped-def]
+    def snapshot():
         return build_snapshot(_values(node_index), all_pods, levels=Runtime.config.topology_levels)
 
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -194,28 +250,51 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
 
 
 @kopf.on.event(JOBS)
-async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, node_index: kopf.Index[Any, Any],
-                       pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+async def on_job_event(
+    event: kopf.RawEvent,
+    namespace: str,
+    name: str,
+    node_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    job_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     if event.get("type") == "DELETED":
         Runtime.written.pop((namespace, name), None)
         metrics.forget_job(namespace, name)
         return
-    await reconcile_job((namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index)
+    await reconcile_job(
+        (namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index
+    )
 
 
 @kopf.on.event("pods", labels={c.LABEL_JOB_NAME: kopf.PRESENT})
-async def on_pod_event(labels: Mapping[str, str], namespace: str, node_index: kopf.Index[Any, Any],
-                       pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+async def on_pod_event(
+    labels: Mapping[str, str],
+    namespace: str,
+    node_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    job_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     key = (namespace, labels[c.LABEL_JOB_NAME])
     if key in job_index:
         await reconcile_job(key, node_index=node_index, pod_index=pod_index, job_index=job_index)
 
 
 @kopf.timer(JOBS, interval=10.0, sharp=False)
-async def resync(namespace: str, name: str, node_index: kopf.Index[Any, Any],
-                 pod_index: kopf.Index[Any, Any], job_index: kopf.Index[Any, Any], **_: Any) -> None:  # fmt: skip
+async def resync(
+    namespace: str,
+    name: str,
+    node_index: kopf.Index[Any, Any],
+    pod_index: kopf.Index[Any, Any],
+    job_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     """Level-based safety net: every job is looked at again even if no event arrives."""
-    await reconcile_job((namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index)
+    await reconcile_job(
+        (namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index
+    )
 
 
 @kopf.on.delete(JOBS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -35,7 +35,7 @@ class KubeApi:
         """Create; False when it already exists (409), so replays never duplicate."""
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
-        creator = {
+        creator: Any = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
@@ -67,18 +67,19 @@ class KubeApi:
             if exc.status not in (404, 409):
                 raise
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
-                         old: Mapping[str, Any]) -> dict[str, Any] | None:  # fmt: skip
+    def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], old: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
         """Merge-patch the status subresource; keys dropped since `old` are nulled out."""
         body = dict(status)
         for key in old:
             if key not in body:
                 body[key] = None
         try:
-            out: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+            out = self.custom.patch_namespaced_custom_object_status(
                 c.GROUP, c.VERSION, namespace, PLURAL, name, {"status": body}
             )
-            return out
+            return cast(dict[str, Any], out)
         except ApiException as exc:
             if exc.status == 404:
                 return None

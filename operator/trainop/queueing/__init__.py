@@ -1,0 +1,1 @@
+"""Tenant queues: quotas per GPU product, priorities, fair share, preemption decisions (pure, clock injected)."""
