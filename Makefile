@@ -48,6 +48,8 @@ demo: install build-binaries
 	bash examples/demo.sh
 
 demo-down: install
+	-@pid=$${XDG_STATE_HOME:-$$HOME/.local/state}/trainop/operator.pid; \
+	  [ -f $$pid ] && kill $$(cat $$pid) 2>/dev/null; rm -f $$pid
 	$(TRAINOP) cluster down
 
 bench: install

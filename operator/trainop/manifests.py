@@ -106,7 +106,9 @@ def _pin_terms(node: str | None, compat: Sequence[Mapping[str, Any]]) -> list[di
         return [{"matchExpressions": pin}] if pin else []
     terms = []
     for term in compat:
-        exprs = [*pin, *copy.deepcopy(list(term.get("matchExpressions", [])))]
+        # A fresh pin per term: a shared dict would alias across terms (YAML anchors, and
+        # editing one term's pin would silently edit them all).
+        exprs = [*copy.deepcopy(pin), *copy.deepcopy(list(term.get("matchExpressions", [])))]
         terms.append({"matchExpressions": exprs})
     return terms
 
@@ -135,6 +137,7 @@ def build_pod(
     }
     if plan.rank is not None:
         annotations[c.ANNOTATION_RANK] = str(plan.rank)
+        labels[c.ANNOTATION_RANK] = str(plan.rank)  # also a label: `kubectl get pods -L trainop.dev/rank`
 
     containers = [dict(x) for x in spec.get("containers") or []]
     if not containers:

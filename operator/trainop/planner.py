@@ -141,6 +141,9 @@ def check_semantics(spec: TrainingJobSpec) -> None:
 
 
 def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -> ImageChoice:
+    # Only nodes the job may use count when choosing the image: with the whole fleet, an
+    # A100-only job would get the newest image some H100 runs and no A100 can.
+    products = set(spec.placement.gpu_products)
     try:
         return resolve_image(
             config.catalog,
@@ -148,7 +151,7 @@ def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -
             spec.framework.version,
             spec.cuda,
             image=spec.image,
-            fleet=[n.gpu for n in snapshot.nodes],
+            fleet=[n.gpu for n in snapshot.nodes if not products or n.gpu.product in products],
         )
     except ResolutionError as exc:
         raise InvalidJob(exc.field, exc.detail, reason="UnknownImage") from exc

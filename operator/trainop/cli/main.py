@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from trainop import __version__
+from trainop.cli.catalog import catalog
 from trainop.cli.cluster import cluster
 from trainop.cli.generate import generate
+from trainop.cli.render import render
 from trainop.cli.run import run
 
 
@@ -18,6 +20,8 @@ def cli() -> None:
 
 cli.add_command(cluster)
 cli.add_command(generate)
+cli.add_command(render)
+cli.add_command(catalog)
 cli.add_command(run)
 
 

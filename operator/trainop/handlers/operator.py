@@ -41,6 +41,11 @@ class Runtime:
     # catches up, and must win so a restart count is never read stale.
     written: dict[tuple[str, str], dict[str, Any]] = {}
     requeued: dict[tuple[str, str], asyncio.TimerHandle] = {}
+    # Planning reads free GPUs from the pod index, which lags our own creates by a watch
+    # round-trip. One lock serialises every plan-and-create across jobs, and pods we created
+    # count as used until the index shows them, so two gangs never get the same GPUs.
+    placement_lock: asyncio.Lock | None = None
+    inflight: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def _slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,6 +114,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 16
     Runtime.api = KubeApi()
+    Runtime.placement_lock = asyncio.Lock()
 
 
 @kopf.index("nodes")
@@ -183,7 +189,12 @@ async def reconcile_job(
             return
         started = time.monotonic()
         try:
-            acts = await _reconcile_once(key, body, node_index, pod_index)
+            if _has_pods(key, body, pod_index):
+                acts = await _reconcile_once(key, body, node_index, pod_index)
+            else:  # may plan a new gang: one planner at a time (see Runtime.inflight)
+                assert Runtime.placement_lock is not None
+                async with Runtime.placement_lock:
+                    acts = await _reconcile_once(key, body, node_index, pod_index)
         except Exception:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
             log.exception("reconcile of %s/%s failed", *key)
@@ -200,6 +211,34 @@ async def reconcile_job(
         )
 
 
+def _job_pods(
+    key: tuple[str, str], body: Mapping[str, Any], pods: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    ns, name = key
+    uid = body["metadata"].get("uid")
+    return [
+        p
+        for p in pods
+        if p["metadata"].get("namespace") == ns
+        and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == name
+        and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def _has_pods(
+    key: tuple[str, str], body: Mapping[str, Any], pod_index: kopf.Index[Any, Any]
+) -> bool:
+    return bool(_job_pods(key, body, _pods_with_inflight(pod_index)))
+
+
+def _pods_with_inflight(pod_index: kopf.Index[Any, Any]) -> list[dict[str, Any]]:
+    indexed = _values(pod_index)
+    seen = {(p["metadata"].get("namespace"), p["metadata"].get("name")) for p in indexed}
+    for pod_key in [k for k in Runtime.inflight if k in seen]:
+        del Runtime.inflight[pod_key]  # the index caught up
+    return indexed + list(Runtime.inflight.values())
+
+
 async def _reconcile_once(
     key: tuple[str, str],
     body: dict[str, Any],
@@ -207,15 +246,8 @@ async def _reconcile_once(
     pod_index: kopf.Index[Any, Any],
 ) -> Actions:
     ns, name = key
-    uid = body["metadata"].get("uid")
-    all_pods = _values(pod_index)
-    mine = [
-        p
-        for p in all_pods
-        if p["metadata"].get("namespace") == ns
-        and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == name
-        and any(o.get("uid") == uid for o in p["metadata"].get("ownerReferences") or [])
-    ]
+    all_pods = _pods_with_inflight(pod_index)
+    mine = _job_pods(key, body, all_pods)
 
     def snapshot():
         return build_snapshot(_values(node_index), all_pods, levels=Runtime.config.topology_levels)
@@ -230,9 +262,12 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     api = Runtime.api
     assert api is not None
     for pod in acts.delete_pods:
+        Runtime.inflight.pop((ns, pod), None)
         await asyncio.to_thread(api.delete_pod, ns, pod)
     for obj in acts.create:
         await asyncio.to_thread(api.create, obj)
+        if obj["kind"] == "Pod":
+            Runtime.inflight[(ns, obj["metadata"]["name"])] = obj
     for pod in acts.ungate:
         await asyncio.to_thread(api.ungate_pod, ns, pod, [])
     old_status = body.get("status") or {}

@@ -1,0 +1,51 @@
+"""`trainop catalog`: the framework images trainop can run, and which nodes can run each.
+
+Prints `catalog.catalog_table`: one row per (framework, NGC release) with framework version,
+CUDA, minimum driver and compute capability; `--nodes` (`kubectl get nodes -o yaml` output)
+adds the nodes able to run each image, checked exactly as the planner checks them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from trainop.catalog import GpuFacts, ResolutionError, catalog_table, gpu_facts_from_labels
+from trainop.cli.inputs import InputError, exit_invalid, object_name, read_objects
+from trainop.config import ConfigError, load_operator_config
+from trainop.planner import OperatorConfig
+
+
+@click.command("catalog")
+@click.option("--framework", metavar="NAME", help="Only this framework (pytorch, tensorflow, ...).")
+@click.option("--cuda", metavar="X.Y", help="Only images with at least this CUDA version.")
+@click.option(
+    "--nodes",
+    "nodes_file",
+    metavar="NODES.yaml",
+    type=click.Path(dir_okay=False, exists=True, allow_dash=True),
+    help="Nodes (`kubectl get nodes -o yaml`): add which of them can run each image.",
+)
+@click.option("--config", "config_file", metavar="CONFIG.yaml",
+              type=click.Path(dir_okay=False, exists=True),
+              help="Operator config whose catalogOverrides apply.")  # fmt: skip
+def catalog(
+    framework: str | None, cuda: str | None, nodes_file: str | None, config_file: str | None
+) -> None:
+    """Show the catalog: framework x NGC release x CUDA x minimum driver x compute capability."""
+    try:
+        config = load_operator_config(config_file) if config_file else OperatorConfig()
+        nodes: list[tuple[str, GpuFacts]] = []
+        if nodes_file:
+            for node in read_objects(nodes_file, "Node", "--nodes"):
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                nodes.append((object_name(node), gpu_facts_from_labels(labels)))
+    except ConfigError as exc:
+        exit_invalid(f"--config: {exc}")
+    except InputError as exc:
+        exit_invalid(str(exc))
+    try:
+        table = catalog_table(config.catalog, framework=framework, cuda=cuda, nodes=nodes)
+    except ResolutionError as exc:
+        flag = "--framework" if exc.field == "framework" else exc.field
+        exit_invalid(f"{flag}: {exc.detail}")
+    click.echo(table)

@@ -1,0 +1,86 @@
+"""Reads the CLI's input files (`kubectl get ... -o yaml` output, job files) into checked objects.
+
+Shared by `trainop render` and `trainop catalog`; every problem is an InputError whose message
+names the file (or flag) and the document, so commands print one line and exit 2, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from trainop.yamlio import YamlInputError, load_yaml_documents
+
+STDIN = "-"
+EXIT_INVALID = 2  # DESIGN.md: invalid input, as click itself exits on a usage error
+
+
+class InputError(ValueError):
+    """An input file is unreadable or holds the wrong objects; the message says which."""
+
+
+def exit_invalid(message: str) -> NoReturn:
+    """Print `error: message` to stderr and exit 2."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
+def read_text(path: str) -> str:
+    """The file's text; '-' reads standard input."""
+    if path == STDIN:
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (expected YAML)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_documents(path: str) -> list[dict[str, Any]]:
+    """Every object in the YAML stream at `path`, v1 Lists flattened, empty documents skipped."""
+    try:
+        return load_yaml_documents(read_text(path), source="<stdin>" if path == STDIN else path)
+    except YamlInputError as exc:
+        raise InputError(str(exc)) from None
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def read_objects(path: str, kind: str, flag: str) -> list[dict[str, Any]]:
+    """The `kind` objects (e.g. Node from `kubectl get nodes -o yaml`) of the file given to
+    `flag`; another kind, or an object without metadata.name, is an InputError."""
+    out = []
+    for i, obj in enumerate(read_documents(path)):
+        got = obj.get("kind")
+        if got != kind:
+            what = f"a {got}" if isinstance(got, str) and got else "an object without kind"
+            raise InputError(
+                f"{flag} {path}: object {i + 1} is {what}, expected {kind} objects "
+                f"(`kubectl get {kind.lower()}s -o yaml` output)"
+            )
+        name = object_name(obj)
+        if not name:
+            raise InputError(f"{flag} {path}: {kind} {i + 1} has no metadata.name")
+        labels = obj["metadata"].get("labels") or {}
+        # The API server stores label values as strings; an unquoted `count: 8` in a
+        # hand-written file would otherwise reach the GFD parser as an int.
+        bad = (
+            [k for k, v in labels.items() if not isinstance(v, str)]
+            if isinstance(labels, dict)
+            else ["*"]
+        )
+        if bad:
+            raise InputError(f"{flag} {path}: {kind} {name}: metadata.labels.{bad[0]}: label "
+                             "values must be strings (quote them)")  # fmt: skip
+        out.append(obj)
+    return out

@@ -1,0 +1,240 @@
+"""`trainop render JOB.yaml --nodes NODES.yaml`: print the objects the operator would create.
+
+No cluster needed: the inventory comes from `kubectl get nodes -o yaml` (and optionally
+`kubectl get pods -A -o yaml`, whose pods hold GPUs), and the same `planner.plan_job` the
+operator calls turns each TrainingJob into a Plan, rendered exactly as the operator creates
+it (pods carry the admission scheduling gate), so a render can be diffed against a cluster.
+
+Exit codes (DESIGN.md): 0 placed; 2 invalid (the message names the field) or unreadable
+input; 3 valid but not placeable now (the reason, then its details). With several
+TrainingJobs in JOB.yaml each is rendered and the exit code is the highest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from trainop.api import constants as c
+from trainop.cli.inputs import (
+    EXIT_INVALID,
+    InputError,
+    exit_invalid,
+    object_name,
+    read_documents,
+    read_objects,
+)
+from trainop.config import ConfigError, load_operator_config
+from trainop.inventory import Snapshot, build_snapshot
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
+from trainop.yamlio import dump_yaml_all
+
+EXIT_PLACED = 0
+EXIT_INTERNAL = 1
+EXIT_WAIT = 3
+
+# The Service `<job>` needs a DNS-1035 label; the API server would refuse it otherwise.
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL_MAX = 63
+
+
+@dataclass
+class Rendered:
+    """The outcome for one TrainingJob document."""
+
+    who: str  # ns/name, for messages when JOB.yaml holds several jobs
+    code: int
+    plan: Plan | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def _check_identity(body: Mapping[str, Any]) -> str | None:
+    """Checks the API server would make before the planner ever sees the job."""
+    api = body.get("apiVersion")
+    if api != c.API_VERSION:
+        return f"apiVersion: expected {c.API_VERSION}, got {api!r}"
+    meta = body.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        return "metadata: must be an object with name (and namespace)"
+    name = object_name(body)
+    if not name:
+        return "metadata.name: required: every TrainingJob needs a name"
+    if len(name) > _DNS_LABEL_MAX or not _DNS1035.match(name):
+        return (f"metadata.name: {name!r} is not a DNS-1035 label (lower-case letters, digits "
+                f"and '-', starting with a letter, at most {_DNS_LABEL_MAX} characters); the "
+                "job's headless Service carries this name")  # fmt: skip
+    return None
+
+
+def _long_hostnames(plan: Plan) -> str | None:
+    # Pods set spec.hostname to their name, which must be a DNS label too.
+    for pod in plan.pods:
+        name = object_name(pod)
+        if len(name) > _DNS_LABEL_MAX:
+            return (f"metadata.name: too long: pod hostname {name!r} has {len(name)} characters, "
+                    f"the limit is {_DNS_LABEL_MAX}; shorten the job name")  # fmt: skip
+    return None
+
+
+def _own_pod(job: str, namespace: str) -> Any:
+    """Pods of the job itself do not hold GPUs against it (the operator re-plans likewise)."""
+
+    def ignore(pod: Mapping[str, Any]) -> bool:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        return bool(
+            labels.get(c.LABEL_JOB_NAME) == job
+            and (meta.get("namespace") or "default") == namespace
+        )
+
+    return ignore
+
+
+def render_job(
+    body: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    config: OperatorConfig,
+) -> Rendered:
+    """Plan one TrainingJob body on the inventory; never raises for a bad job."""
+    raw_meta = body.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    who = f"{meta.get('namespace') or 'default'}/{object_name(body) or '<no name>'}"
+    problem = _check_identity(body)
+    if problem:
+        return Rendered(who, EXIT_INVALID, errors=[f"error: {problem}"])
+    name, namespace = object_name(body), meta.get("namespace") or "default"
+    try:
+        snapshot = build_snapshot(
+            nodes, pods, levels=config.topology_levels, ignore_pods=_own_pod(name, namespace)
+        )
+    except ValueError as exc:  # e.g. two nodes with one name
+        return Rendered(who, EXIT_INVALID, errors=[f"error: --nodes: {exc}"])
+    return _plan(who, body, snapshot, config)
+
+
+def _plan(
+    who: str, body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
+) -> Rendered:
+    try:
+        result = plan_job(body, snapshot, config, gated=True)
+    except InvalidJob as exc:
+        return Rendered(who, EXIT_INVALID, errors=[f"error: {exc.field}: {exc.detail}"])
+    except Exception as exc:  # a planner bug: one clear line, never a traceback
+        return Rendered(who, EXIT_INTERNAL,
+                        errors=[f"error: internal error while planning {who}: "
+                                f"{type(exc).__name__}: {exc}"])  # fmt: skip
+    if isinstance(result, Wait):
+        lines = [f"{result.reason}: {result.message}", *(f"  {d}" for d in result.details)]
+        return Rendered(who, EXIT_WAIT, errors=lines)
+    too_long = _long_hostnames(result)
+    if too_long:
+        return Rendered(who, EXIT_INVALID, errors=[f"error: {too_long}"])
+    return Rendered(who, EXIT_PLACED, plan=result)
+
+
+def placement_header(plan: Plan) -> str:
+    """The comment lines opening a job's YAML: where the gang landed, and what is not shown."""
+    st = plan.placement_status()
+    lines = [f"# placement: {st['level']} {st['domain']} nodes={','.join(st['nodes'])}"]
+    if plan.secret_name:
+        lines.append(f"# not rendered: Secret {plan.secret_name} (the operator generates "
+                     "the job's SSH keypair in it)")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _jobs(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """TrainingJob documents of JOB.yaml, and notes about documents of other kinds skipped."""
+    docs = read_documents(path)
+    jobs, notes = [], []
+    for i, doc in enumerate(docs):
+        kind = doc.get("kind")
+        if kind == "TrainingJob":
+            jobs.append(doc)
+        elif kind is None:
+            raise InputError(f"{path}: document {i + 1}: kind: required (kind: TrainingJob)")
+        else:
+            notes.append(f"note: skipping {kind} {object_name(doc) or f'(document {i + 1})'}: "
+                         "not a TrainingJob")  # fmt: skip
+    if not jobs:
+        found = ", ".join(sorted({str(d.get("kind")) for d in docs})) or "nothing"
+        raise InputError(f"{path}: no TrainingJob document (found {found})")
+    return jobs, notes
+
+
+_file = click.Path(dir_okay=False, exists=True, allow_dash=True)
+
+
+@click.command("render")
+@click.argument("job_file", metavar="JOB.yaml", type=_file)
+@click.option(
+    "--nodes",
+    "nodes_file",
+    required=True,
+    metavar="NODES.yaml",
+    type=_file,
+    help="Nodes, as `kubectl get nodes -o yaml` prints them (or any stream of Nodes).",
+)
+@click.option(
+    "--pods",
+    "pods_file",
+    metavar="PODS.yaml",
+    type=_file,
+    help="Pods, as `kubectl get pods -A -o yaml` prints them: their GPUs count as used.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    metavar="CONFIG.yaml",
+    type=_file,
+    help="Operator config: topologyLevels, fabricProfiles, catalogOverrides.",
+)
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml",
+              show_default=True, help="yaml: a multi-document stream; json: one v1 List.")  # fmt: skip
+def render(
+    job_file: str, nodes_file: str, pods_file: str | None, config_file: str | None, output: str
+) -> None:
+    """Print the objects the operator would create for the TrainingJob(s) in JOB.yaml on the
+    given inventory, each pod pinned to its node.
+
+    Exit 0: placed. 2: invalid (the message names the field). 3: valid but cannot be placed
+    now (the reason follows)."""
+    given = [f for f in (job_file, nodes_file, pods_file, config_file) if f is not None]
+    if given.count("-") > 1:
+        exit_invalid("only one input can be read from standard input ('-')")
+    try:
+        config = load_operator_config(config_file) if config_file else OperatorConfig()
+        nodes = read_objects(nodes_file, "Node", "--nodes")
+        pods = read_objects(pods_file, "Pod", "--pods") if pods_file else []
+        jobs, notes = _jobs(job_file)
+    except ConfigError as exc:
+        exit_invalid(f"--config: {exc}")
+    except InputError as exc:
+        exit_invalid(str(exc))
+    for note in notes:
+        click.echo(note, err=True)
+
+    results = [render_job(body, nodes, pods, config) for body in jobs]
+    several = len(results) > 1
+    for r in results:
+        for line in r.errors:
+            click.echo(f"{r.who}: {line}" if several else line, err=True)
+
+    placed = [r.plan for r in results if r.plan is not None]
+    if output == "json":
+        if placed:
+            items = [obj for plan in placed for obj in plan.objects]
+            # default=str: a stray non-JSON value from the user's template prints, not crashes
+            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": items},
+                                  indent=2, default=str))  # fmt: skip
+    else:
+        chunks = [placement_header(plan) + dump_yaml_all(plan.objects) for plan in placed]
+        if chunks:
+            click.echo("".join(chunks), nl=False)
+    sys.exit(max(r.code for r in results))

@@ -1,0 +1,154 @@
+"""Operator config files (topology levels, FabricProfiles, catalog overrides) -> OperatorConfig.
+
+The shape, every key optional:
+
+    topologyLevels: [trainop.dev/block, trainop.dev/rack, kubernetes.io/hostname]
+    fabricProfiles:              # FabricProfile resources as the cluster holds them,
+      - apiVersion: trainop.dev/v1alpha1
+        kind: FabricProfile
+        metadata: {name: roce-h100}
+        spec: {...}
+      - {name: tcp-lab, spec: {...}}   # or the short form
+    catalogOverrides: {...}      # deep-merged over the packaged catalog (load_catalog)
+    compatAffinity: true
+    restartBackoffSeconds: 10
+    restartBackoffMaxSeconds: 300
+
+`trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
+from reading the one file; every error is a ConfigError naming the bad key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainop.api import constants as c
+from trainop.api.base import all_errors
+from trainop.api.fabricprofile import FabricProfile
+from trainop.catalog import CatalogError, load_catalog
+from trainop.planner import OperatorConfig
+from trainop.yamlio import YamlInputError, load_yaml_documents
+
+__all__ = ["ConfigError", "load_operator_config", "operator_config_from_data"]
+
+_KEYS = (
+    "topologyLevels",
+    "fabricProfiles",
+    "catalogOverrides",
+    "compatAffinity",
+    "restartBackoffSeconds",
+    "restartBackoffMaxSeconds",
+)
+
+
+class ConfigError(ValueError):
+    """The operator config is invalid; the message starts with the bad key."""
+
+
+def _levels(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("topologyLevels: must be a non-empty list of node label keys")
+    for i, level in enumerate(value):
+        if not isinstance(level, str) or not level.strip():
+            raise ConfigError(f"topologyLevels[{i}]: must be a non-empty label key, got {level!r}")
+    if len(set(value)) != len(value):
+        dup = next(x for x in value if value.count(x) > 1)
+        raise ConfigError(f"topologyLevels: {dup!r} is listed twice")
+    return tuple(value)
+
+
+def _profile(value: Any, where: str) -> FabricProfile:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a FabricProfile object, got {type(value).__name__}")
+    if "metadata" in value or "kind" in value or "apiVersion" in value:
+        kind, api = value.get("kind"), value.get("apiVersion")
+        if kind != "FabricProfile":
+            raise ConfigError(f"{where}.kind: expected FabricProfile, got {kind!r}")
+        if api is not None and api != c.API_VERSION:
+            raise ConfigError(f"{where}.apiVersion: expected {c.API_VERSION}, got {api!r}")
+        meta = value.get("metadata") or {}
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not name:
+            raise ConfigError(f"{where}.metadata.name: required")
+        data: dict[str, Any] = {"name": name, "spec": value.get("spec")}
+    else:
+        data = dict(value)
+    try:
+        return FabricProfile.model_validate(data)
+    except ValidationError as exc:
+        path, msg = all_errors(exc, where)[0]
+        raise ConfigError(f"{path}: {msg}") from None
+
+
+def _profiles(value: Any) -> tuple[FabricProfile, ...]:
+    if not isinstance(value, list):
+        raise ConfigError("fabricProfiles: must be a list of FabricProfile objects")
+    profiles = tuple(_profile(v, f"fabricProfiles[{i}]") for i, v in enumerate(value))
+    names = [p.name for p in profiles]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"fabricProfiles[{i}]: a second profile named {name!r}")
+    return profiles
+
+
+def _number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{key}: must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
+    """An OperatorConfig from parsed config data; keys left out keep their defaults."""
+    if data is None:
+        return OperatorConfig()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"(top level): must be a mapping of {', '.join(_KEYS)}")
+    unknown = sorted(str(k) for k in data if k not in _KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key; known keys: {', '.join(_KEYS)}")
+    kwargs: dict[str, Any] = {}
+    if "topologyLevels" in data:
+        kwargs["topology_levels"] = _levels(data["topologyLevels"])
+    if data.get("fabricProfiles") is not None:
+        kwargs["fabric_profiles"] = _profiles(data["fabricProfiles"])
+    overrides = data.get("catalogOverrides")
+    if overrides is not None:
+        if not isinstance(overrides, Mapping):
+            raise ConfigError("catalogOverrides: must be a mapping shaped like the catalog file")
+        try:
+            kwargs["catalog"] = load_catalog(overrides=overrides)
+        except CatalogError as exc:
+            raise ConfigError(f"catalogOverrides: {exc}") from None
+    if "compatAffinity" in data:
+        if not isinstance(data["compatAffinity"], bool):
+            raise ConfigError(
+                f"compatAffinity: must be true or false, got {data['compatAffinity']!r}"
+            )
+        kwargs["compat_affinity"] = data["compatAffinity"]
+    for key, attr in (
+        ("restartBackoffSeconds", "restart_backoff_seconds"),
+        ("restartBackoffMaxSeconds", "restart_backoff_max_seconds"),
+    ):
+        if key in data:
+            kwargs[attr] = _number(key, data[key])
+    return OperatorConfig(**kwargs)
+
+
+def load_operator_config(path: str | Path) -> OperatorConfig:
+    """Read and check an operator config file (one YAML document; empty means defaults)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        docs = load_yaml_documents(text, source=str(p))
+    except YamlInputError as exc:
+        raise ConfigError(str(exc)) from None
+    if len(docs) > 1:
+        raise ConfigError(f"{p}: expected one YAML document, found {len(docs)}")
+    return operator_config_from_data(docs[0] if docs else None)

@@ -1,0 +1,74 @@
+"""`trainop catalog` through click's CliRunner: filters, the NODES column, and flag errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.unit.jobs import FLEET_NODES
+from trainop.catalog import catalog_table, load_catalog
+from trainop.cli.main import cli
+
+
+def run(*args: str) -> Result:
+    result = CliRunner().invoke(cli, ["catalog", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+def test_prints_the_catalog_table() -> None:
+    result = run()
+    assert result.exit_code == 0
+    assert result.stdout == catalog_table(load_catalog()) + "\n"
+
+
+def test_framework_and_cuda_filters() -> None:
+    result = run("--framework", "jax", "--cuda", "12.4")
+    assert result.exit_code == 0
+    rows = result.stdout.splitlines()[1:]
+    assert rows and all(r.split()[0] == "jax" for r in rows if not r.startswith("*"))
+
+
+def test_nodes_column_from_a_nodes_file() -> None:
+    result = run("--framework", "pytorch", "--nodes", str(FLEET_NODES))
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[-1] == "NODES"
+    newest = lines[1]
+    assert newest.endswith("NVIDIA-H100-80GB-HBM3 x16"), "only the H100s run CUDA 13 images"
+    assert any("Tesla-V100-SXM2-32GB x4" in line for line in lines), "old images run on V100"
+
+
+def test_unknown_framework_lists_the_frameworks() -> None:
+    result = run("--framework", "torch")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --framework: unknown framework 'torch'")
+    for fw in ("pytorch", "tensorflow", "jax", "paddle", "mxnet", "mpi"):
+        assert fw in result.stderr
+
+
+def test_bad_cuda() -> None:
+    result = run("--cuda", "twelve")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --cuda: ")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("kind: Pod\nmetadata: {name: p}\n", "expected Node"), ("a: [\n", "not valid YAML")],
+)
+def test_bad_nodes_file(tmp_path: Path, content: str, message: str) -> None:
+    p = tmp_path / "nodes.yaml"
+    p.write_text(content)
+    result = run("--nodes", str(p))
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_config_overrides_apply(tmp_path: Path) -> None:
+    p = tmp_path / "config.yaml"
+    p.write_text("catalogOverrides: {images: {jax: {repository: mirror.local/jax}}}\n")
+    result = run("--framework", "jax", "--config", str(p))
+    assert result.exit_code == 0
+    assert "mirror.local/jax:" in result.stdout
