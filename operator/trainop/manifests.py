@@ -137,7 +137,9 @@ def build_pod(
     }
     if plan.rank is not None:
         annotations[c.ANNOTATION_RANK] = str(plan.rank)
-        labels[c.ANNOTATION_RANK] = str(plan.rank)  # also a label: `kubectl get pods -L trainop.dev/rank`
+        labels[c.ANNOTATION_RANK] = str(
+            plan.rank
+        )  # also a label: `kubectl get pods -L trainop.dev/rank`
 
     containers = [dict(x) for x in spec.get("containers") or []]
     if not containers:

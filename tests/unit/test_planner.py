@@ -194,12 +194,6 @@ def test_v100_only_with_cuda_12_waits_incompatible() -> None:
     assert V100 in w.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="catalog.resolve_image takes the newest release (CUDA 13.x) when no allowed node "
-    "can run any match, so the message gives its compute-capability floor, not the V100 "
-    "driver's (418.87.01) lack of CUDA 12.4",
-)
 def test_v100_only_with_cuda_12_names_the_driver() -> None:
     body = Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement(
         "node", products=[V100]

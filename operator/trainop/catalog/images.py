@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainop.catalog.compat import check_node, cuda_text
+from trainop.catalog.compat import check_node, cuda_text, is_gpu_node
 from trainop.catalog.gfd import GpuFacts, parse_version
 from trainop.catalog.model import Catalog, CudaVersion, ImageSpec, Release
 
@@ -260,8 +260,22 @@ def resolve_image(
             ),
             None,
         )
-        if runnable is None:
+        if runnable is None and not any(is_gpu_node(f) for f in nodes):
             tail = ", though no node of the fleet can run it or any older match."
+        elif runnable is None:
+            # Nothing runs anywhere: report against the oldest match, whose needs are the
+            # lowest, so the wait message names the real obstacle (e.g. an old driver)
+            # rather than a newer release's extra requirements.
+            chosen = candidates[0]
+            head = f"NGC {chosen.name} ({fw} {chosen.version_of(fw)}, CUDA {chosen.cuda_text})"
+            return ImageChoice(
+                image=spec.image_for(chosen),
+                release=chosen,
+                cuda=chosen.cuda_mm,
+                framework_version=chosen.version_of(fw),
+                reason=f"{head} is the oldest release {cond}; no node of the fleet can run "
+                "it or any newer match.",
+            )
         elif runnable is not chosen:
             tail = f" that a node of the fleet can run; newer {chosen.name} runs on none."
             chosen = runnable
