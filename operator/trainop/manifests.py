@@ -14,6 +14,10 @@ from trainop.api import constants as c
 TRAINER_CONTAINER = "trainer"
 SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "trainop-config"
+SSH_VOLUME = "trainop-ssh"
+# The job's SSH keypair (id_ed25519, id_ed25519.pub, authorized_keys); images copy it to
+# ~/.ssh at start (trainop-launch does), since sshd refuses group-readable key files.
+SSH_MOUNT_PATH = "/etc/trainop-ssh"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class PodPlan:
     command_prefix: tuple[str, ...] = ()
     compat_terms: tuple[Mapping[str, Any], ...] = ()  # nodeSelectorTerms the node must meet
     mount_config: bool = False
+    ssh_secret: str | None = None  # MPI: Secret with the job's SSH keypair
 
 
 def pod_name(job: str, role: str, index: int) -> str:
@@ -172,6 +177,11 @@ def build_pod(
         mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
         volumes.append(
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}
+        )
+    if plan.ssh_secret:
+        mounts.append({"name": SSH_VOLUME, "mountPath": SSH_MOUNT_PATH, "readOnly": True})
+        volumes.append(
+            {"name": SSH_VOLUME, "secret": {"secretName": plan.ssh_secret, "defaultMode": 0o400}}
         )
     if plan.mount_config and config_map:
         mounts.append({"name": CONFIG_VOLUME, "mountPath": c.CONFIG_MOUNT_PATH, "readOnly": True})

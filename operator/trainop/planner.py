@@ -257,6 +257,7 @@ def build_plan(
     )
     wiring = fw.wire(frameworks.WiringInput(ref.name, ref.namespace, members, port=fw.default_port))
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
+    ssh_secret = frameworks.ssh_secret_name(ref.name) if wiring.needs_ssh else None
     gpu_pods = [a for a in placement.assignments if a.node is not None]
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat: tuple[Mapping[str, Any], ...] = ()
@@ -317,6 +318,7 @@ def build_plan(
             command_prefix=prefix,
             compat_terms=compat if a.gpus else (),
             mount_config=cm_name is not None,
+            ssh_secret=ssh_secret,
         )
         pods.append(
             build_pod(
@@ -336,7 +338,7 @@ def build_plan(
         pods=tuple(pods),
         service=build_service(ref, sorted(all_ports)),
         config_map=config_map,
-        secret_name=frameworks.ssh_secret_name(ref.name) if wiring.needs_ssh else None,
+        secret_name=ssh_secret,
     )
 
 

@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from pydantic import ValidationError
 
 from trainop import metrics
 from trainop.api import constants as c
-from trainop.inventory import build_snapshot
+from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
+from trainop.inventory import Snapshot, build_snapshot
 from trainop.kube.client import KubeApi
-from trainop.planner import OperatorConfig
+from trainop.kube.secrets import ssh_secret
+from trainop.planner import OperatorConfig, job_ref
 from trainop.reconcile import Actions, reconcile
 
 log = logging.getLogger("trainop.operator")
@@ -136,6 +141,28 @@ def job_index(
     return {(namespace, name): copy.deepcopy(dict(body))}
 
 
+@kopf.index("fabricprofiles.trainop.dev")
+def fabric_index(
+    name: str, spec: kopf.Spec, logger: Any, **_: Any
+) -> dict[str, FabricProfile] | None:
+    """FabricProfile custom resources, validated once here; a bad one is skipped with a log line."""
+    try:
+        return {name: FabricProfile(name=name, spec=FabricProfileSpec.model_validate(dict(spec)))}
+    except ValidationError as exc:
+        logger.warning("FabricProfile %s ignored: %s", name, exc.errors()[0]["msg"])
+        return None
+
+
+def _config_with_profiles(fabric_index: kopf.Index[Any, Any]) -> OperatorConfig:
+    profiles: list[FabricProfile] = [p for _, store in fabric_index.items() for p in store]
+    crs = tuple(sorted(profiles, key=lambda p: p.name))
+    if not crs:
+        return Runtime.config
+    return dataclasses.replace(
+        Runtime.config, fabric_profiles=(*Runtime.config.fabric_profiles, *crs)
+    )
+
+
 def _values(index: kopf.Index[Any, Any]) -> list[dict[str, Any]]:
     return [v for _, store in index.items() for v in store]
 
@@ -162,7 +189,23 @@ def _current_body(key: tuple[str, str], job_index: kopf.Index[Any, Any]) -> dict
     return indexed
 
 
-def _requeue(key: tuple[str, str], delay: float, indexes: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Indexes:
+    """The kopf indexes a reconcile reads (kopf injects them into handler kwargs by name)."""
+
+    node: kopf.Index[Any, Any]
+    pod: kopf.Index[Any, Any]
+    job: kopf.Index[Any, Any]
+    fabric: kopf.Index[Any, Any]
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
+        return cls(
+            kwargs["node_index"], kwargs["pod_index"], kwargs["job_index"], kwargs["fabric_index"]
+        )
+
+
+def _requeue(key: tuple[str, str], delay: float, idx: Indexes) -> None:
     """Run the reconcile again after `delay` unless something else runs it first."""
     if delay >= Runtime.resync_seconds:
         return  # the timer covers it
@@ -171,44 +214,34 @@ def _requeue(key: tuple[str, str], delay: float, indexes: dict[str, Any]) -> Non
     if old is not None:
         old.cancel()
     Runtime.requeued[key] = loop.call_later(
-        max(delay, 0.2), lambda: asyncio.ensure_future(reconcile_job(key, **indexes))
+        max(delay, 0.2), lambda: asyncio.ensure_future(reconcile_job(key, idx))
     )
 
 
-async def reconcile_job(
-    key: tuple[str, str],
-    *,
-    node_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    job_index: kopf.Index[Any, Any],
-) -> None:
+async def reconcile_job(key: tuple[str, str], idx: Indexes) -> None:
     lock = Runtime.locks.setdefault(key, asyncio.Lock())
+    acts: Actions | None = None
     async with lock:
-        body = _current_body(key, job_index)
+        body = _current_body(key, idx.job)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         started = time.monotonic()
         try:
-            if _has_pods(key, body, pod_index):
-                acts = await _reconcile_once(key, body, node_index, pod_index)
+            if _job_pods(key, body, _pods_with_inflight(idx.pod)):
+                acts = await _reconcile_once(key, body, idx)
             else:  # may plan a new gang: one planner at a time (see Runtime.inflight)
                 assert Runtime.placement_lock is not None
                 async with Runtime.placement_lock:
-                    acts = await _reconcile_once(key, body, node_index, pod_index)
+                    acts = await _reconcile_once(key, body, idx)
         except Exception:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
             log.exception("reconcile of %s/%s failed", *key)
-            acts = None
         finally:
             metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(
                 time.monotonic() - started
             )
     if acts is not None and acts.requeue_after is not None:
-        _requeue(
-            key,
-            acts.requeue_after,
-            {"node_index": node_index, "pod_index": pod_index, "job_index": job_index},
-        )
+        _requeue(key, acts.requeue_after, idx)
 
 
 def _job_pods(
@@ -225,12 +258,6 @@ def _job_pods(
     ]
 
 
-def _has_pods(
-    key: tuple[str, str], body: Mapping[str, Any], pod_index: kopf.Index[Any, Any]
-) -> bool:
-    return bool(_job_pods(key, body, _pods_with_inflight(pod_index)))
-
-
 def _pods_with_inflight(pod_index: kopf.Index[Any, Any]) -> list[dict[str, Any]]:
     indexed = _values(pod_index)
     seen = {(p["metadata"].get("namespace"), p["metadata"].get("name")) for p in indexed}
@@ -239,21 +266,17 @@ def _pods_with_inflight(pod_index: kopf.Index[Any, Any]) -> list[dict[str, Any]]
     return indexed + list(Runtime.inflight.values())
 
 
-async def _reconcile_once(
-    key: tuple[str, str],
-    body: dict[str, Any],
-    node_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-) -> Actions:
+async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], idx: Indexes) -> Actions:
     ns, name = key
-    all_pods = _pods_with_inflight(pod_index)
+    all_pods = _pods_with_inflight(idx.pod)
     mine = _job_pods(key, body, all_pods)
+    config = _config_with_profiles(idx.fabric)
 
-    def snapshot():
-        return build_snapshot(_values(node_index), all_pods, levels=Runtime.config.topology_levels)
+    def snapshot() -> Snapshot:
+        return build_snapshot(_values(idx.node), all_pods, levels=config.topology_levels)
 
     now = datetime.now(UTC).replace(tzinfo=None)
-    acts = reconcile(body, mine, snapshot, Runtime.config, now)
+    acts = reconcile(body, mine, snapshot, config, now)
     await _apply(ns, name, body, acts)
     return acts
 
@@ -264,6 +287,9 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     for pod in acts.delete_pods:
         Runtime.inflight.pop((ns, pod), None)
         await asyncio.to_thread(api.delete_pod, ns, pod)
+    if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
+        secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
+        await asyncio.to_thread(api.create, secret)
     for obj in acts.create:
         await asyncio.to_thread(api.create, obj)
         if obj["kind"] == "Pod":
@@ -285,51 +311,26 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
 
 
 @kopf.on.event(JOBS)
-async def on_job_event(
-    event: kopf.RawEvent,
-    namespace: str,
-    name: str,
-    node_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    job_index: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
+async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, **kwargs: Any) -> None:
     if event.get("type") == "DELETED":
         Runtime.written.pop((namespace, name), None)
         metrics.forget_job(namespace, name)
         return
-    await reconcile_job(
-        (namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index
-    )
+    await reconcile_job((namespace, name), Indexes.of(kwargs))
 
 
 @kopf.on.event("pods", labels={c.LABEL_JOB_NAME: kopf.PRESENT})
-async def on_pod_event(
-    labels: Mapping[str, str],
-    namespace: str,
-    node_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    job_index: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
+async def on_pod_event(labels: Mapping[str, str], namespace: str, **kwargs: Any) -> None:
     key = (namespace, labels[c.LABEL_JOB_NAME])
-    if key in job_index:
-        await reconcile_job(key, node_index=node_index, pod_index=pod_index, job_index=job_index)
+    idx = Indexes.of(kwargs)
+    if key in idx.job:
+        await reconcile_job(key, idx)
 
 
 @kopf.timer(JOBS, interval=10.0, sharp=False)
-async def resync(
-    namespace: str,
-    name: str,
-    node_index: kopf.Index[Any, Any],
-    pod_index: kopf.Index[Any, Any],
-    job_index: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
+async def resync(namespace: str, name: str, **kwargs: Any) -> None:
     """Level-based safety net: every job is looked at again even if no event arrives."""
-    await reconcile_job(
-        (namespace, name), node_index=node_index, pod_index=pod_index, job_index=job_index
-    )
+    await reconcile_job((namespace, name), Indexes.of(kwargs))
 
 
 @kopf.on.delete(JOBS)
