@@ -183,3 +183,27 @@ def test_render_prints_what_the_operator_creates(kube: Kube, namespace: str, tmp
         assert got["metadata"]["labels"] == want["metadata"]["labels"]
         want_ann = {k: v for k, v in want["metadata"]["annotations"].items()}
         assert {k: got["metadata"]["annotations"].get(k) for k in want_ann} == want_ann
+
+
+def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
+    job = _load("pytorch-ddp.yaml", namespace)
+    job["metadata"]["name"] = "toobig"
+    job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 12  # more than one rack holds
+    kube.apply(job)
+    kube.wait_for(
+        "NoFit",
+        lambda: (
+            kube.get("trainingjob", "toobig", "-n", namespace)
+            .get("status", {})
+            .get("pendingReason")
+            == "NoFit"
+        ),
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "trainop.cli.main", "explain", "toobig", "-n", namespace,
+         "--kubeconfig", kube.kubeconfig],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "Phase:      Queued" in out.stdout
+    assert "Waiting:    NoFit" in out.stdout
+    assert "rack" in out.stdout

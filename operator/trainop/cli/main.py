@@ -7,6 +7,7 @@ import click
 from trainop import __version__
 from trainop.cli.catalog import catalog
 from trainop.cli.cluster import cluster
+from trainop.cli.explain import explain
 from trainop.cli.generate import generate
 from trainop.cli.render import render
 from trainop.cli.run import run
@@ -23,6 +24,7 @@ cli.add_command(generate)
 cli.add_command(render)
 cli.add_command(catalog)
 cli.add_command(run)
+cli.add_command(explain)
 
 
 def main() -> None:

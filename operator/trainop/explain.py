@@ -1,0 +1,81 @@
+"""Formats one screen answering "why is it pending / where is it running" for a TrainingJob (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _cond_lines(status: Mapping[str, Any]) -> list[str]:
+    out = []
+    for cond in status.get("conditions") or []:
+        if cond.get("status") == "True":
+            msg = f" - {cond['message']}" if cond.get("message") else ""
+            out.append(f"  {cond['type']:<11} {cond.get('reason', '')}{msg}")
+    return out
+
+
+def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> list[str]:
+    if not queue_name:
+        return ["Queue:      (none: admitted on fit only)"]
+    if queue is None:
+        return [f"Queue:      {queue_name} (not found)"]
+    lines = [f"Queue:      {queue_name}  cohort={queue.get('spec', {}).get('cohort') or '-'}  "
+             f"weight={queue.get('spec', {}).get('weight', 1)}"]  # fmt: skip
+    usage = (queue.get("status") or {}).get("usage") or []
+    if usage:
+        lines.append("  product        quota   used  borrowed  pending")
+        for u in usage:
+            lines.append(f"  {u.get('name', '-'):<13} {u.get('quota', 0):>6} {u.get('used', 0):>6} "
+                         f"{u.get('borrowed', 0):>9} {u.get('pending', 0):>8}")  # fmt: skip
+    return lines
+
+
+def explain_text(
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    queue: Mapping[str, Any] | None,
+) -> str:
+    meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
+    fw = spec.get("framework", {})
+    lines = [
+        f"TrainingJob {meta.get('namespace')}/{meta.get('name')}",
+        f"Phase:      {status.get('phase', '(not reconciled yet)')}",
+        f"Framework:  {fw.get('name')} {fw.get('version') or ''}  cuda>={spec.get('cuda') or '-'}  "
+        f"GPUs={status.get('gpus', '-')}",
+        f"Image:      {status.get('image') or '(not chosen yet)'}",
+    ]
+    lines += _queue_lines(queue, status.get("queue") or spec.get("queue"))
+    if status.get("phase") == "Queued":
+        pos = status.get("queuePosition")
+        lines.append(f"Waiting:    {status.get('pendingReason', '?')}"
+                     + (f" (position {pos} in queue)" if pos else ""))  # fmt: skip
+        if status.get("pendingMessage"):
+            lines.append(f"  {status['pendingMessage']}")
+    placement = status.get("placement")
+    if placement:
+        lines.append(f"Placement:  {placement.get('level')} {placement.get('domain')}  "
+                     f"span={placement.get('span')}  score={placement.get('score')}")  # fmt: skip
+        lines.append(f"  nodes (rank order): {', '.join(placement.get('nodes') or [])}")
+    if status.get("restartCount"):
+        lines.append(f"Restarts:   {status['restartCount']} (backoffLimit "
+                     f"{spec.get('runPolicy', {}).get('backoffLimit', 3)})")  # fmt: skip
+    lines.append("Conditions:")
+    lines += _cond_lines(status) or ["  (none)"]
+    if pods:
+        lines.append("Pods:")
+        for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            labels = p["metadata"].get("labels") or {}
+            gated = " gated" if (p.get("spec") or {}).get("schedulingGates") else ""
+            lines.append(f"  {p['metadata']['name']:<34} {(p.get('status') or {}).get('phase', '?'):<10} "
+                         f"rank={labels.get('trainop.dev/rank', '-'):<3} node={(p.get('spec') or {}).get('nodeName') or '-'}{gated}")  # fmt: skip
+    if events:
+        lines.append("Recent events:")
+        for e in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")[
+            -6:
+        ]:
+            lines.append(
+                f"  {e.get('type', ''):<7} {e.get('reason', ''):<16} {e.get('message', '')}"
+            )
+    return "\n".join(lines)

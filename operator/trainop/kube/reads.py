@@ -1,0 +1,51 @@
+"""Read-only API calls for the CLI (`trainop explain`): a job, its pods, events and queue."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from trainop.api import constants as c
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], client.ApiClient().sanitize_for_serialization(obj))
+
+
+def job_context(namespace: str, name: str) -> dict[str, Any] | None:
+    """The job, its pods, its events and its queue (None when the job does not exist)."""
+    custom = client.CustomObjectsApi()
+    core = client.CoreV1Api()
+    try:
+        job = cast(
+            dict[str, Any],
+            custom.get_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, "trainingjobs", name
+            ),
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB_NAME}={name}").items
+    events = core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    queue = None
+    queue_name = (job.get("status") or {}).get("queue") or (job.get("spec") or {}).get("queue")
+    if queue_name:
+        try:
+            queue = custom.get_cluster_custom_object(
+                c.GROUP, c.VERSION, "trainingqueues", queue_name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return {
+        "job": job,
+        "pods": [_plain(p) for p in pods],
+        "events": [_plain(e) for e in events],
+        "queue": queue,
+    }
