@@ -39,7 +39,12 @@ from trainop.planner import (
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
 
-Event = tuple[str, str, str]  # (type Normal|Warning, reason, message)
+Event = tuple[str, str, str]
+_PENDING_FIELDS = (
+    "pendingReason",
+    "pendingMessage",
+    "queuePosition",
+)  # (type Normal|Warning, reason, message)
 
 
 @dataclass
@@ -54,6 +59,8 @@ class Actions:
     delete_job: bool = False
     requeue_after: float | None = None
     needs_ssh_secret: str | None = None
+    # Gates of other controllers that must stay on a pod trainop releases (name -> gates).
+    keep_gates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def iso(t: datetime) -> str:
@@ -109,6 +116,15 @@ def _exit_code(pod: Mapping[str, Any]) -> int | None:
         if term:
             return int(term.get("exitCode", 0))
     return None
+
+
+def _generation(pod: Mapping[str, Any]) -> int | None:
+    """The gang generation (restart count) a pod was created for."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_RESTART_COUNT)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -191,16 +207,39 @@ class _Status:
             self.generation,
         )
 
+    def wait(
+        self, reason: str, message: str, position: int | None = None, warning: bool = False
+    ) -> None:
+        """Enter Queued with exactly the current wait's fields (no stale position or reason)."""
+        for key in _PENDING_FIELDS:
+            self.new.pop(key, None)
+        if reason:
+            self.new["pendingReason"] = reason
+        if message:
+            self.new["pendingMessage"] = message
+        if position is not None:
+            self.new["queuePosition"] = position
+        self.enter("Queued", reason or "Pending", message, warning=warning)
+
+    def replan(self, reason: str, message: str) -> None:
+        """Back to Queued for a moment while a broken gang is dropped (no queue wait)."""
+        for key in _PENDING_FIELDS:
+            self.new.pop(key, None)
+        self.enter("Queued", reason, message)
+
     def enter(self, phase: str, reason: str, message: str, warning: bool = False) -> None:
         """Move to `phase` (idempotent): its condition True, exclusive ones False, one Event."""
         changed = self.old.get("phase") != phase
         self.new["phase"] = phase
         if phase != "Invalid":
             self.cond("Invalid", False, "Valid")
-        if phase in _EXCLUSIVE:
+        if phase in _EXCLUSIVE or phase == "Invalid":
             for other in _EXCLUSIVE:
                 if other != phase:
                     self.cond(other, False, reason)
+        if phase != "Queued":  # pending fields describe only a current wait
+            for key in _PENDING_FIELDS:
+                self.new.pop(key, None)
         self.cond(phase, True, reason, message)
         if phase not in ("Queued", "Invalid", "Suspended"):
             self.cond("Created", True, "PodsCreated" if phase != "Created" else reason)
@@ -233,7 +272,12 @@ def reconcile(
     def finish(requeue: float | None = None) -> Actions:
         acts.status = st.new
         acts.events = st.events
-        acts.requeue_after = requeue if acts.requeue_after is None else acts.requeue_after
+        # The earliest of every reason to look again (deadline, backoff, follow-ups).
+        due = [t for t in (requeue, acts.requeue_after) if t is not None]
+        acts.requeue_after = min(due) if due else None
+        # One action per pod: a pod being deleted is neither deleted twice nor released.
+        acts.delete_pods = list(dict.fromkeys(acts.delete_pods))
+        acts.ungate = [n for n in acts.ungate if n not in acts.delete_pods]
         return acts
 
     def delete_all() -> None:
@@ -260,7 +304,6 @@ def reconcile(
         check_semantics(spec)
     except InvalidJob as exc:
         delete_all()
-        st.new.pop("pendingReason", None)
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
         return finish()
     st.new["gpus"] = spec.total_gpus
@@ -270,9 +313,13 @@ def reconcile(
 
     if policy.suspend:
         delete_all()
+        # As for a Kubernetes Job, the deadline clock restarts on resume.
+        st.new.pop("startTime", None)
         st.enter("Suspended", "Suspended", "spec.runPolicy.suspend is true; pods deleted")
         return finish()
 
+    if st.phase == "Suspended":  # resuming: as for a Kubernetes Job, the deadline restarts
+        st.new.pop("startTime", None)
     # Deadline runs from the first admission, across restarts.
     started = parse_time(st.new.get("startTime"))
     if policy.active_deadline_seconds and started:
@@ -288,6 +335,15 @@ def reconcile(
             )
             return finish()
         acts.requeue_after = -over
+
+    # Pods of an earlier gang generation that the index still shows alive (our delete has
+    # not reached the watch yet) must not be judged again: a failure counts once.
+    old_gang = [p for p in live if _generation(p) is not None and _generation(p) < restarts]  # type: ignore[operator]
+    if old_gang:
+        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in old_gang))
+        live = [p for p in live if p not in old_gang]
+        if not live:
+            return finish(requeue=1.0)
 
     if not live:
         if deleting:
@@ -309,16 +365,22 @@ def reconcile(
             # A half-created gang (operator stopped mid-create): nothing ran yet, so
             # start over rather than trust an old placement.
             delete_all()
-            st.enter("Queued", "Replanning", "gang was incomplete; re-planning")
+            st.replan("Replanning", "gang was incomplete; re-planning")
             return finish(requeue=1.0)
         lost = _lost_nodes(gated, snapshot_for_planning())
         if lost:
             delete_all()
-            st.enter(
-                "Queued", "NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning"
-            )
+            st.replan("NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
             return finish(requeue=1.0)
         acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
+        for p in gated:
+            others = [
+                g
+                for g in (p.get("spec") or {}).get("schedulingGates") or []
+                if g.get("name") != c.SCHEDULING_GATE
+            ]
+            if others:
+                acts.keep_gates[p["metadata"]["name"]] = others
         return finish(requeue=1.0)
 
     by_name = {p["metadata"]["name"]: p for p in live}
@@ -440,9 +502,6 @@ def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[s
 def _terminal(st: _Status, phase: str, reason: str, message: str) -> None:
     for other in _EXCLUSIVE:
         st.cond(other, False, reason)
-    st.new.pop("pendingReason", None)
-    st.new.pop("pendingMessage", None)
-    st.new.pop("queuePosition", None)
     st.new["completionTime"] = st.new.get("completionTime") or iso(st.now)
     st.enter(phase, reason, message, warning=phase == "Failed")
 
@@ -475,11 +534,7 @@ def _start_gang(
         if wait > 0:
             return finish(requeue=wait)
     if not admission.admitted:
-        st.new["pendingReason"] = admission.reason
-        st.new["pendingMessage"] = admission.message
-        if admission.position is not None:
-            st.new["queuePosition"] = admission.position
-        st.enter("Queued", admission.reason or "Pending", admission.message)
+        st.wait(admission.reason, admission.message, admission.position)
         return finish(requeue=5.0)
     try:
         result = plan_job(body, snapshot_for_planning(), config, gang_generation=restarts)
@@ -487,15 +542,11 @@ def _start_gang(
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
         return finish()
     if isinstance(result, Wait):
-        st.new["pendingReason"] = result.reason
-        st.new["pendingMessage"] = result.message
-        st.enter("Queued", result.reason, result.message, warning=result.reason == "Incompatible")
+        st.wait(result.reason, result.message, warning=result.reason == "Incompatible")
         return finish(requeue=5.0)
     assert isinstance(result, Plan)
     acts.create.extend(result.objects)
     acts.needs_ssh_secret = result.secret_name
-    for key in ("pendingReason", "pendingMessage", "queuePosition"):
-        st.new.pop(key, None)
     st.new["image"] = result.image.image
     st.new["placement"] = result.placement_status()
     st.new["startTime"] = st.new.get("startTime") or iso(now)

@@ -206,4 +206,4 @@ def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
     )  # fmt: skip
     assert "Phase:      Queued" in out.stdout
     assert "Waiting:    NoFit" in out.stdout
-    assert "rack" in out.stdout
+    assert "needs 12 x 8 GPUs" in out.stdout

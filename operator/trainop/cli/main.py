@@ -11,6 +11,7 @@ from trainop.cli.explain import explain
 from trainop.cli.generate import generate
 from trainop.cli.render import render
 from trainop.cli.run import run
+from trainop.cli.simulate import simulate_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,6 +25,7 @@ cli.add_command(generate)
 cli.add_command(render)
 cli.add_command(catalog)
 cli.add_command(run)
+cli.add_command(simulate_cmd)
 cli.add_command(explain)
 
 

@@ -34,11 +34,15 @@ import click
 @click.option(
     "--restart-backoff-seconds",
     type=float,
-    default=10.0,
-    show_default=True,
-    help="First gang-restart delay; doubles per restart.",
+    default=None,
+    help="First gang-restart delay; doubles per restart. [default: config file, else 10]",
 )
-@click.option("--restart-backoff-max-seconds", type=float, default=300.0, show_default=True)
+@click.option(
+    "--restart-backoff-max-seconds",
+    type=float,
+    default=None,
+    help="Cap of the restart delay. [default: config file, else 300]",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def run(
     kubeconfig: str | None,
@@ -46,12 +50,17 @@ def run(
     config_path: str | None,
     metrics_port: int,
     health_port: int,
-    restart_backoff_seconds: float,
-    restart_backoff_max_seconds: float,
+    restart_backoff_seconds: float | None,
+    restart_backoff_max_seconds: float | None,
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
     import dataclasses
+
+    if kubeconfig:
+        # Before kubernetes is imported: kubernetes.config reads KUBECONFIG once, at import,
+        # and kopf's login (load_kube_config() without a path) uses that value.
+        os.environ["KUBECONFIG"] = kubeconfig
 
     import kopf
     from prometheus_client import start_http_server
@@ -64,8 +73,6 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
     load_kube_config(kubeconfig)
     config = OperatorConfig()
     if config_path:
@@ -74,8 +81,13 @@ def run(
         config = load_operator_config(config_path)
     handlers.Runtime.config = dataclasses.replace(
         config,
-        restart_backoff_seconds=restart_backoff_seconds,
-        restart_backoff_max_seconds=restart_backoff_max_seconds,
+        # A flag wins; without one the config file's value (or the built-in default) stays.
+        restart_backoff_seconds=config.restart_backoff_seconds
+        if restart_backoff_seconds is None
+        else restart_backoff_seconds,
+        restart_backoff_max_seconds=config.restart_backoff_max_seconds
+        if restart_backoff_max_seconds is None
+        else restart_backoff_max_seconds,
     )
     start_http_server(metrics_port)
     asyncio.run(

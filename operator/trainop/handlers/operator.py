@@ -295,7 +295,7 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         if obj["kind"] == "Pod":
             Runtime.inflight[(ns, obj["metadata"]["name"])] = obj
     for pod in acts.ungate:
-        await asyncio.to_thread(api.ungate_pod, ns, pod, [])
+        await asyncio.to_thread(api.ungate_pod, ns, pod, acts.keep_gates.get(pod, []))
     old_status = body.get("status") or {}
     if acts.status and acts.status != old_status:
         written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)

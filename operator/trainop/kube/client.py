@@ -47,6 +47,15 @@ class KubeApi:
         except ApiException as exc:
             if exc.status == 409:
                 return False
+            if exc.status == 403 and "being terminated" in str(exc.body):
+                # The namespace is going away with the job in it: nothing to create.
+                log.info(
+                    "not creating %s %s/%s: namespace is terminating",
+                    kind,
+                    ns,
+                    obj["metadata"]["name"],
+                )
+                return False
             raise
 
     def delete_pod(self, namespace: str, name: str) -> None:

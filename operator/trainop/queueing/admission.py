@@ -1,0 +1,647 @@
+"""One admission pass: pending gangs in, admit / wait / preempt decisions and queue usage out.
+
+Neighbours: the operator (handlers) and the simulator call `admit` with the cluster's queues,
+every live TrainingJob as a QueuedJob, the current snapshot and a placer (PlannerPlacer runs
+the planner); `queueing.ledger` does the quota arithmetic, `queueing.groups` the product
+groups. Pure and deterministic: the clock is the `now` argument, what-ifs are new snapshots
+(`with_reserved` / `with_released`), every order has a tie-break on the job key.
+
+The pass, in words:
+  1. Admitted jobs are charged to their queue's group (by the product of their nodes).
+  2. Pending jobs line up per queue: higher priority first, then older (creation) first.
+     Jobs blocked before admission (Policy, Incompatible) wait out of line.
+  3. Across queues, the next job comes from the queue whose head fits its own nominal
+     quota (or may reclaim it) before queues whose head would borrow (as Kueue does), then
+     the lowest weighted dominant-resource share (see queueing.ledger), then the head's
+     priority and age. Repeat until every queue's line is consumed.
+  4. A job is admitted when its queue's quota (own nominal, or borrowing within the cohort
+     and borrowingLimit) and placement (the placer, on the snapshot updated with everything
+     admitted so far this pass) both fit, trying groups within nominal before groups that
+     would borrow, each in quota order.
+  5. Backfill: a job may be admitted past a blocked head of its queue. Once the head has
+     waited longer than the queue's backfillWaitSeconds (counted from `queued_since`) it
+     holds its groups from the start of the pass: later jobs of its queue may not use them,
+     and cohort members may not borrow them (they wait, reason Quota), until it is admitted.
+     A hold reserves quota, not nodes: queues outside the cohort (own quota) still place by
+     fair share. Only the head holds; an Incompatible head holds nothing.
+  6. Preemption, tried only for a queue's head that is blocked on Quota or NoFit:
+     (a) Reclaim: when the head fits its queue's nominal quota, admitted gangs of cohort
+         members that borrow that group are candidates, as long as their queue still
+         borrows; (b) Priority (preemption.withinQueue LowerPriority): admitted gangs of the
+         same queue with lower priority. Candidates go lowest priority first, then youngest
+         (latest start) first; victims are added one by one until quota and placement fit
+         on the snapshot with the victims' GPUs released; then each victim but the last is
+         tried back (most valuable first) and kept running when the head still fits. If no
+         set of victims makes the head fit, nobody is preempted. The head then reserves the
+         placement planned for after the eviction (its decision is Wait with `victims` and
+         `placement`), so no later job of the pass takes the freed GPUs. Jobs admitted in
+         this pass are never victims.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from trainop.inventory import Snapshot
+from trainop.queueing.groups import Candidate, candidates, fleet_products, group_of
+from trainop.queueing.ledger import Ledger
+from trainop.queueing.model import (
+    ANY_GROUP,
+    INCOMPATIBLE,
+    NOFIT,
+    POLICY,
+    PRIORITY,
+    QUOTA,
+    RECLAIM,
+    Decisions,
+    Fit,
+    GroupUsage,
+    JobDecision,
+    Placer,
+    QueuedJob,
+    QueueState,
+    QueueUsage,
+    QuotaGroup,
+    Unfit,
+)
+from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
+
+
+@dataclass
+class _Running:
+    job: QueuedJob
+    group: str
+    fresh: bool = False  # admitted in this pass: never a victim of the same pass
+
+    @property
+    def key(self) -> str:
+        return self.job.key
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+
+@dataclass
+class _Hold:
+    """Capacity held for a head that waited past its queue's backfillWaitSeconds."""
+
+    queue: str
+    cohort: str | None
+    groups: frozenset[str] | None  # None: every group (unlimited queues)
+    head: str
+    waited: float
+    threshold: float
+    reason: str = QUOTA  # the head's own reason once known; cohort borrowers always see Quota
+
+    def message(self, group: str) -> str:
+        what = f"{group} GPUs are" if group else "GPUs are"
+        return (
+            f"{what} held for {self.head}, first in queue {self.queue}, which has waited "
+            f"{_secs(self.waited)} (more than backfillWaitSeconds {_secs(self.threshold)})"
+        )
+
+
+@dataclass
+class _Outcome:
+    reason: str = ""
+    message: str = ""
+    fit: Fit | None = None
+    candidate: Candidate | None = None
+    borrow: int = 0
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class _PreemptPlan:
+    victims: tuple[_Running, ...]
+    candidate: Candidate
+    fit: Fit
+    borrow: int
+    reason: str
+
+
+@dataclass
+class _Blocks:
+    """What holds forbid a job: groups it may not use, groups it may not borrow."""
+
+    excluded: dict[str, _Hold] = field(default_factory=dict)
+    no_borrow: dict[str, _Hold] = field(default_factory=dict)
+    whole_queue: _Hold | None = None
+
+
+def _secs(value: float) -> str:
+    if math.isinf(value):
+        return "forever"
+    return f"{value:g}s"
+
+
+def _line_order(job: QueuedJob) -> tuple[int, float, str]:
+    return (-job.priority, job.created, job.key)
+
+
+def _victim_order(r: _Running) -> tuple[int, float, str]:
+    # Lowest priority first, then the youngest (latest start) first; a job without a
+    # start time is treated as just started.
+    started = r.job.started if r.job.started is not None else math.inf
+    return (r.job.priority, -started, r.job.key)
+
+
+def _same_group_first(group: str) -> Callable[[_Running], tuple[bool, int, float, str]]:
+    # Victims charged to the wanted group free its quota and nodes; others only free a
+    # running slot (maxRunningJobs), so they come last.
+    def key(r: _Running) -> tuple[bool, int, float, str]:
+        return (r.group != group, *_victim_order(r))
+
+    return key
+
+
+def _nodes(jobs: Iterable[_Running], snapshot: Snapshot) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for r in jobs:
+        for node, gpus in r.job.nodes:
+            if node in snapshot:  # a node gone from the inventory holds nothing to release
+                out[node] += gpus
+    return dict(out)
+
+
+def _unlimited_candidate() -> Candidate:
+    return Candidate(QuotaGroup(ANY_GROUP, (), 0), ())
+
+
+class _Pass:
+    def __init__(
+        self,
+        now: float,
+        queues: Sequence[QueueState],
+        jobs: Sequence[QueuedJob],
+        snapshot: Snapshot,
+        place: Placer,
+    ) -> None:
+        self.now = now
+        self.queues: dict[str, QueueState] = {}
+        for q in queues:
+            if q.name in self.queues:
+                raise ValueError(f"two queues are called {q.name!r}")
+            self.queues[q.name] = q
+        if any(j.queue == BUILTIN_QUEUE_NAME for j in jobs):
+            self.queues.setdefault(BUILTIN_QUEUE_NAME, BUILTIN_QUEUE)
+        self.jobs = list(jobs)
+        if len({j.key for j in jobs}) != len(self.jobs):
+            raise ValueError("two jobs share a key")
+        self.snapshot = snapshot
+        self.place = place
+        self.fleet = fleet_products(snapshot)
+        fleet_gpus = sum(n.gpus_allocatable for n in snapshot.nodes if n.schedulable)
+        self.ledger = Ledger(self.queues, fleet_gpus)
+        self.running: dict[str, _Running] = {}
+        self.decisions: dict[str, JobDecision] = {}
+        self.holds: list[_Hold] = []
+        self.heads: dict[str, str] = {}
+        self.lines: dict[str, list[QueuedJob]] = defaultdict(list)
+
+    # --- setup -------------------------------------------------------------------------
+    def charge_admitted(self) -> None:
+        for job in self.jobs:
+            if not job.admitted:
+                continue
+            q = self.queues.get(job.queue)
+            if q is None:  # its queue was deleted: it keeps running, charged nowhere
+                self.decisions[job.key] = JobDecision(job.key, job.queue, "Keep", gpus=job.gpus)
+                continue
+            group = ANY_GROUP if q.unlimited else group_of(q, job.product)
+            self.ledger.charge(q.name, group, job.gpus)
+            self.running[job.key] = _Running(job, group)
+            self.decisions[job.key] = JobDecision(
+                job.key,
+                q.name,
+                "Keep",
+                group=group,
+                gpus=job.gpus,
+                borrowed=0,
+            )
+
+    def line_up(self) -> None:
+        for job in self.jobs:
+            if job.admitted:
+                continue
+            if job.blocked_reason:
+                self.decisions[job.key] = JobDecision(
+                    job.key,
+                    job.queue,
+                    "Wait",
+                    job.blocked_reason,
+                    job.blocked_message,
+                    gpus=job.gpus,
+                )
+                continue
+            if job.queue not in self.queues:
+                self.decisions[job.key] = JobDecision(
+                    job.key,
+                    job.queue,
+                    "Wait",
+                    POLICY,
+                    f"spec.queue: TrainingQueue {job.queue} does not exist",
+                    gpus=job.gpus,
+                )
+                continue
+            self.lines[job.queue].append(job)
+        for line in self.lines.values():
+            line.sort(key=_line_order)
+
+    # --- the fair-share loop -------------------------------------------------------------
+    def run(self) -> None:
+        cursor: dict[str, int] = dict.fromkeys(self.lines, 0)
+        for name, line in self.lines.items():
+            self.maybe_hold(line[0], self.queues[name])
+        while True:
+            live = [name for name, line in self.lines.items() if cursor[name] < len(line)]
+            if not live:
+                return
+
+            def order(name: str) -> tuple[bool, float, int, float, str]:
+                q = self.queues[name]
+                head = self.lines[name][cursor[name]]
+                return (
+                    self.would_borrow(head, q),
+                    self.ledger.share(q),
+                    -head.priority,
+                    head.created,
+                    name,
+                )
+
+            name = min(live, key=order)
+            job = self.lines[name][cursor[name]]
+            cursor[name] += 1
+            self.consider(job, self.queues[name])
+
+    def would_borrow(self, job: QueuedJob, q: QueueState) -> bool:
+        """Whether no group can take the job within its nominal quota (reclaim counts as
+        within): such jobs go after those that fit their own quota, as in Kueue."""
+        if q.unlimited:
+            return False
+        for c in self.candidates(job, q):
+            verdict = self.ledger.quota_fit(q, c.group.name, job.gpus)
+            if (verdict.ok and not verdict.borrow) or verdict.reclaimable:
+                return False
+        return True
+
+    def maybe_hold(self, job: QueuedJob, q: QueueState) -> None:
+        """Hold capacity for `job`, its queue's head, once it waited past the threshold."""
+        waited = self.now - job.waiting_since
+        if waited <= q.backfill_wait_seconds or any(h.queue == q.name for h in self.holds):
+            return
+        groups = None if q.unlimited else frozenset(c.group.name for c in self.candidates(job, q))
+        self.holds.append(_Hold(q.name, q.cohort, groups, job.key, waited, q.backfill_wait_seconds))
+
+    def release_hold(self, job: QueuedJob) -> None:
+        self.holds = [h for h in self.holds if h.head != job.key]
+
+    def candidates(self, job: QueuedJob, q: QueueState) -> tuple[Candidate, ...]:
+        if q.unlimited:
+            return (_unlimited_candidate(),)
+        return candidates(q, job.products, self.fleet)
+
+    def blocks(self, job: QueuedJob, q: QueueState) -> _Blocks:
+        out = _Blocks()
+        for h in self.holds:
+            if h.head == job.key:
+                continue
+            if h.queue == q.name:
+                if h.groups is None:
+                    out.whole_queue = h
+                else:
+                    for g in h.groups:
+                        out.excluded.setdefault(g, h)
+            elif q.cohort and h.cohort == q.cohort and h.groups is not None:
+                for g in h.groups:
+                    out.no_borrow.setdefault(g, h)
+        return out
+
+    def consider(self, job: QueuedJob, q: QueueState) -> None:
+        is_head = q.name not in self.heads
+        cands = self.candidates(job, q)
+        blocks = self.blocks(job, q)
+        outcome = self.attempt(job, q, cands, blocks)
+        if outcome.fit is not None and outcome.candidate is not None:
+            self.release_hold(job)
+            self.admit(job, q, outcome.candidate, outcome.fit, outcome.borrow)
+            return
+        if is_head and not outcome.held and outcome.reason in (QUOTA, NOFIT):
+            plan = self.preemption(job, q, cands, blocks)
+            if plan is not None:
+                self.release_hold(job)  # it reserved its placement: nothing left to hold
+                self.preempt(job, q, plan, outcome)
+                self.heads[q.name] = job.key
+                return
+        self.decisions[job.key] = JobDecision(
+            job.key,
+            q.name,
+            "Wait",
+            outcome.reason,
+            outcome.message,
+            gpus=job.gpus,
+            group=cands[0].group.name if cands else None,
+        )
+        if outcome.reason == INCOMPATIBLE or not is_head:
+            self.release_hold(job)  # an Incompatible head cannot use what it would hold
+            return
+        self.heads[q.name] = job.key
+        self.maybe_hold(job, q)
+        for h in self.holds:
+            if h.head == job.key:
+                h.reason = outcome.reason
+
+    def attempt(
+        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: _Blocks
+    ) -> _Outcome:
+        if blocks.whole_queue is not None:
+            h = blocks.whole_queue
+            return _Outcome(h.reason, h.message(""), held=True)
+        if self.ledger.running_full(q):
+            return _Outcome(
+                QUOTA,
+                f"queue {q.name} runs {self.ledger.running[q.name]} jobs, its maximum "
+                "(policy.maxRunningJobs)",
+            )
+        if not cands:
+            wanted = ", ".join(job.products) or "any product"
+            return _Outcome(
+                QUOTA,
+                f"queue {q.name} has no quota for the GPU products the job allows ({wanted})",
+            )
+        several = len(cands) > 1
+
+        def label(c: Candidate, text: str) -> str:
+            return f"{c.group.name}: {text}" if several else text
+
+        quota_msgs: list[str] = []
+        held: list[tuple[_Hold, str]] = []
+        ready: list[tuple[Candidate, int]] = []
+        for c in cands:
+            k = c.group.name
+            if k in blocks.excluded:
+                held.append((blocks.excluded[k], k))
+                continue
+            verdict = self.ledger.quota_fit(q, k, job.gpus)
+            if not verdict.ok:
+                quota_msgs.append(label(c, verdict.message))
+            elif verdict.borrow and k in blocks.no_borrow:
+                held.append((blocks.no_borrow[k], k))
+            else:
+                ready.append((c, verdict.borrow))
+        ready.sort(key=lambda item: item[1] > 0)  # stable: within-nominal groups first
+        unfit: list[tuple[Candidate, Unfit]] = []
+        for c, borrow in ready:
+            result = self.place(job, self.snapshot, c.products or None)
+            if isinstance(result, Fit):
+                return _Outcome(fit=result, candidate=c, borrow=borrow)
+            unfit.append((c, result))
+        nofit = [(c, u) for c, u in unfit if u.reason != INCOMPATIBLE]
+        if nofit:
+            c, u = nofit[0]
+            return _Outcome(NOFIT, label(c, u.message))
+        if held:
+            h, k = held[0]
+            return _Outcome(h.reason if h.queue == q.name else QUOTA, h.message(k), held=True)
+        if quota_msgs:
+            return _Outcome(QUOTA, "; ".join(quota_msgs))
+        c, u = unfit[0]
+        return _Outcome(INCOMPATIBLE, "; ".join(label(c, u.message) for c, u in unfit))
+
+    # --- effects on the working state ------------------------------------------------------
+    def admit(self, job: QueuedJob, q: QueueState, c: Candidate, fit: Fit, borrow: int) -> None:
+        k = c.group.name
+        self.ledger.charge(q.name, k, job.gpus)
+        self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
+        self.running[job.key] = _Running(job, k, fresh=True)
+        lend = f", {borrow} of them borrowed from cohort {q.cohort}" if borrow else ""
+        where = f" on {', '.join(fit.nodes)}" if fit.nodes else ""
+        gpus = f"{job.gpus} GPUs" if q.unlimited else f"{job.gpus} {k} GPUs"
+        self.decisions[job.key] = JobDecision(
+            job.key,
+            q.name,
+            "Admit",
+            "Admitted",
+            f"admitted by queue {q.name}: {gpus}{lend}{where}",
+            group=k,
+            gpus=job.gpus,
+            borrowed=borrow,
+            placement=fit,
+        )
+
+    def preempt(self, job: QueuedJob, q: QueueState, plan: _PreemptPlan, why: _Outcome) -> None:
+        k = plan.candidate.group.name
+        for r in plan.victims:
+            del self.running[r.key]
+            self.ledger.uncharge(r.queue, r.group, r.job.gpus)
+            if plan.reason == RECLAIM:
+                vq = self.queues[r.queue]
+                msg = (
+                    f"preempted by {job.key} of queue {q.name}, which reclaims {k} GPUs its "
+                    f"cohort {q.cohort} lent to queue {r.queue} beyond that queue's quota of "
+                    f"{vq.nominal(r.group)}"
+                )
+            else:
+                msg = (
+                    f"preempted by {job.key} (priority {job.priority}) of queue {q.name}: "
+                    f"lower-priority jobs ({r.job.priority}) give way "
+                    "(preemption.withinQueue LowerPriority)"
+                )
+            self.decisions[r.key] = JobDecision(
+                r.key,
+                r.queue,
+                "Preempt",
+                plan.reason,
+                msg,
+                group=r.group,
+                gpus=r.job.gpus,
+                preemptor=job.key,
+            )
+        self.snapshot = self.snapshot.with_released(_nodes(plan.victims, self.snapshot))
+        # The preemptor reserves what it will take once the victims are gone.
+        self.ledger.charge(q.name, k, job.gpus)
+        self.snapshot = self.snapshot.with_reserved(dict(plan.fit.gpus_by_node))
+        names = ", ".join(r.key for r in plan.victims)
+        count = len(plan.victims)
+        self.decisions[job.key] = JobDecision(
+            job.key,
+            q.name,
+            "Wait",
+            why.reason,
+            f"{why.message}; preempting {count} job{'s' if count > 1 else ''} ({names}) "
+            f"({plan.reason})",
+            gpus=job.gpus,
+            group=k,
+            borrowed=plan.borrow,
+            placement=plan.fit,
+            victims=tuple(r.key for r in plan.victims),
+        )
+
+    # --- preemption search -------------------------------------------------------------------
+    def preemption(
+        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: _Blocks
+    ) -> _PreemptPlan | None:
+        if q.cohort and q.reclaim_within_cohort and not q.unlimited:
+            members = set(self.ledger.members(q)) - {q.name}
+            for c in cands:
+                k = c.group.name
+                if k in blocks.excluded:
+                    continue
+                if self.ledger.used[(q.name, k)] + job.gpus > q.nominal(k):
+                    continue  # reclaim restores nominal quota only
+                pool = sorted(
+                    (
+                        r
+                        for r in self.running.values()
+                        if r.queue in members and r.group == k and not r.fresh
+                    ),
+                    key=_victim_order,
+                )
+                plan = self.search(job, q, c, pool, RECLAIM, blocks)
+                if plan is not None:
+                    return plan
+        if q.within_queue == "LowerPriority":
+            for c in cands:
+                k = c.group.name
+                if k in blocks.excluded:
+                    continue
+                pool = sorted(
+                    (
+                        r
+                        for r in self.running.values()
+                        if r.queue == q.name and r.job.priority < job.priority and not r.fresh
+                    ),
+                    key=_same_group_first(k),
+                )
+                plan = self.search(job, q, c, pool, PRIORITY, blocks)
+                if plan is not None:
+                    return plan
+        return None
+
+    def search(
+        self,
+        job: QueuedJob,
+        q: QueueState,
+        c: Candidate,
+        pool: list[_Running],
+        reason: str,
+        blocks: _Blocks,
+    ) -> _PreemptPlan | None:
+        k = c.group.name
+        ledger = self.ledger.copy()
+        chosen: list[_Running] = []
+        found: tuple[Fit, int] | None = None
+        for r in pool:
+            if reason == RECLAIM and ledger.borrowed(r.queue, k) <= 0:
+                continue  # that member no longer borrows: its remaining jobs are its own quota
+            chosen.append(r)
+            ledger.uncharge(r.queue, r.group, r.job.gpus)
+            found = self.fits(job, q, c, chosen, ledger, blocks)
+            if found is not None:
+                break
+        if found is None:
+            return None
+        # Only as many as needed: try keeping each victim, the most valuable first.
+        for r in reversed(chosen[:-1]):
+            trial = [x for x in chosen if x is not r]
+            ledger = self.ledger.copy()
+            for x in trial:
+                ledger.uncharge(x.queue, x.group, x.job.gpus)
+            again = self.fits(job, q, c, trial, ledger, blocks)
+            if again is not None:
+                chosen, found = trial, again
+        fit, borrow = found
+        return _PreemptPlan(tuple(chosen), c, fit, borrow, reason)
+
+    def fits(
+        self,
+        job: QueuedJob,
+        q: QueueState,
+        c: Candidate,
+        victims: list[_Running],
+        ledger: Ledger,
+        blocks: _Blocks,
+    ) -> tuple[Fit, int] | None:
+        """Quota and placement both fit once `victims` are gone (the re-simulation)."""
+        if ledger.running_full(q):
+            return None
+        verdict = ledger.quota_fit(q, c.group.name, job.gpus)
+        if not verdict.ok or (verdict.borrow and c.group.name in blocks.no_borrow):
+            return None
+        snapshot = self.snapshot.with_released(_nodes(victims, self.snapshot))
+        result = self.place(job, snapshot, c.products or None)
+        if isinstance(result, Fit):
+            return result, verdict.borrow
+        return None
+
+    # --- results -----------------------------------------------------------------------------
+    def positions(self) -> None:
+        for line in self.lines.values():
+            n = 0
+            for job in line:
+                d = self.decisions[job.key]
+                if d.action == "Wait":
+                    n += 1
+                    self.decisions[job.key] = replace(d, position=n)
+
+    def usage(self) -> dict[str, QueueUsage]:
+        out: dict[str, QueueUsage] = {}
+        for name in sorted(self.queues):
+            q = self.queues[name]
+            used: dict[str, int] = defaultdict(int)
+            pending: dict[str, int] = defaultdict(int)
+            admitted = waiting = 0
+            for d in self.decisions.values():
+                if d.queue != name:
+                    continue
+                if d.admitted:
+                    admitted += 1
+                    used[d.group or ANY_GROUP] += d.gpus
+                elif d.action == "Wait":
+                    waiting += 1
+                    if d.group:
+                        pending[d.group] += d.gpus
+            names = [g.name for g in q.groups]
+            names += sorted(k for k in {*used, *pending} if k not in names)
+            groups = tuple(
+                GroupUsage(
+                    k,
+                    q.nominal(k),
+                    used[k],
+                    0 if q.unlimited else max(0, used[k] - q.nominal(k)),
+                    pending[k],
+                )
+                for k in names
+            )
+            out[name] = QueueUsage(name, groups, admitted, waiting)
+        return out
+
+    def result(self) -> Decisions:
+        self.positions()
+        ordered = {j.key: self.decisions[j.key] for j in self.jobs}
+        return Decisions(jobs=ordered, usage=self.usage())
+
+
+def admit(
+    now: float,
+    queues: Sequence[QueueState],
+    jobs: Sequence[QueuedJob],
+    snapshot: Snapshot,
+    try_place: Placer,
+) -> Decisions:
+    """Decide which pending jobs are admitted now, which wait and why, and who is preempted.
+
+    now: seconds on the caller's clock (QueuedJob times use the same clock). queues: every
+    TrainingQueue as QueueState (the built-in queue is added when a job names it). jobs:
+    every unfinished job, admitted or pending. snapshot: the cluster now, admitted jobs'
+    pods holding their GPUs. try_place: the placer (see model.Placer). See the module doc.
+    """
+    p = _Pass(now, queues, jobs, snapshot, try_place)
+    p.charge_admitted()
+    p.line_up()
+    p.run()
+    return p.result()

@@ -1,0 +1,341 @@
+"""Plain frozen records the admission core works on: queues, jobs, placement callbacks, decisions.
+
+Neighbours: built from the TrainingQueue/TrainingJob API models (`QueueState.from_resource`) by
+the operator's handlers and by the simulator; read by `queueing.admission` (the decision),
+`queueing.groups` (product groups) and `queueing.ledger` (quota arithmetic). Nothing here talks
+to the API server or reads a clock: times are plain seconds (e.g. `datetime.timestamp()`) passed
+in by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
+
+from trainop.api.base import all_errors
+from trainop.api.trainingqueue import (
+    ProductUsage,
+    TenantPolicy,
+    TrainingQueueSpec,
+    TrainingQueueStatus,
+)
+from trainop.catalog.model import base_product
+from trainop.inventory import Snapshot
+
+# Reasons a job waits (TrainingJob status.pendingReason) and a victim is preempted.
+QUOTA = "Quota"
+NOFIT = "NoFit"
+POLICY = "Policy"
+INCOMPATIBLE = "Incompatible"
+WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE)
+RECLAIM = "Reclaim"
+PRIORITY = "Priority"
+PREEMPT_REASONS: tuple[str, ...] = (RECLAIM, PRIORITY)
+
+# The product group of a quota whose `products` is empty, when it has no name of its own.
+ANY_GROUP = "any"
+# Where GPUs of an admitted job land when no group of its queue covers their product (the
+# queue's quotas changed under a running job): shown in status with quota 0, i.e. borrowed.
+UNGROUPED = "other"
+
+Action = Literal["Admit", "Keep", "Wait", "Preempt"]
+
+
+class QueueConfigError(ValueError):
+    """A TrainingQueue the admission core cannot use; `field` names the spec field."""
+
+    def __init__(self, queue: str, field: str, message: str) -> None:
+        super().__init__(f"TrainingQueue {queue}: {field}: {message}")
+        self.queue = queue
+        self.field = field
+        self.detail = message
+
+
+def group_key(name: str | None, products: tuple[str, ...]) -> str:
+    """The name a quota group goes by in status, messages and cohort lending.
+
+    Queues of one cohort lend each other GPUs group by group, matched by this key, so two
+    tenants sharing H100s should give their H100 quota the same `name` (or the same single
+    product, whose short lower-case form is the default key, e.g. "h100-80gb-hbm3").
+    """
+    if name:
+        return name
+    if not products:
+        return ANY_GROUP
+    return "+".join(base_product(p).lower() for p in products)
+
+
+@dataclass(frozen=True)
+class QuotaGroup:
+    """Nominal GPUs of one product group of a queue (TrainingQueue spec.quotas[i])."""
+
+    name: str
+    products: tuple[str, ...]  # empty: any product no other group of the queue names
+    nominal: int
+    borrowing_limit: int | None = None  # None: borrow as much as the cohort lends
+
+    @property
+    def is_any(self) -> bool:
+        return not self.products
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What admission needs of one TrainingQueue (build it with `from_resource`).
+
+    `unlimited` queues do not count GPUs: jobs are admitted on fit alone. That is the
+    built-in queue of namespaces no TrainingQueue serves, and any TrainingQueue without quotas.
+    """
+
+    name: str
+    groups: tuple[QuotaGroup, ...] = ()
+    cohort: str | None = None
+    weight: float = 1.0
+    backfill_wait_seconds: float = 300.0
+    reclaim_within_cohort: bool = True
+    within_queue: Literal["Never", "LowerPriority"] = "LowerPriority"
+    max_running_jobs: int | None = None
+    unlimited: bool = False
+    # Queue resolution (queueing.resolve)
+    namespaces: tuple[str, ...] = ()
+    namespace_selector: tuple[tuple[str, str], ...] | None = None
+    default: bool = False
+    builtin: bool = False
+    policy: TenantPolicy = field(default_factory=TenantPolicy, compare=False, repr=False)
+
+    def group(self, name: str) -> QuotaGroup | None:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        return None
+
+    def nominal(self, group: str) -> int:
+        g = self.group(group)
+        return g.nominal if g else 0
+
+    @classmethod
+    def from_spec(cls, name: str, spec: TrainingQueueSpec) -> QueueState:
+        """The admission view of a validated TrainingQueue spec; QueueConfigError when two
+        quotas share a group name or a product (a GPU must be charged to one group only)."""
+        groups: list[QuotaGroup] = []
+        seen_products: dict[str, int] = {}
+        for i, q in enumerate(spec.quotas):
+            products = tuple(q.products)
+            key = group_key(q.name, products)
+            where = f"spec.quotas[{i}]"
+            if any(g.name == key for g in groups):
+                raise QueueConfigError(
+                    name, f"{where}.name", f"two quotas are called {key!r}: name each group once"
+                )
+            if not products and any(g.is_any for g in groups):
+                raise QueueConfigError(
+                    name, f"{where}.products", "only one quota may leave products empty (any)"
+                )
+            for p in products:
+                if p in seen_products:
+                    raise QueueConfigError(
+                        name,
+                        f"{where}.products",
+                        f"{p} is already in spec.quotas[{seen_products[p]}]: each product "
+                        "belongs to one group",
+                    )
+                seen_products[p] = i
+            groups.append(QuotaGroup(key, products, q.gpus, q.borrowing_limit))
+        selector = spec.namespace_selector
+        return cls(
+            name=name,
+            groups=tuple(groups),
+            cohort=spec.cohort or None,
+            weight=spec.weight,
+            backfill_wait_seconds=float(spec.backfill_wait_seconds),
+            reclaim_within_cohort=spec.preemption.reclaim_within_cohort,
+            within_queue=spec.preemption.within_queue,
+            max_running_jobs=spec.policy.max_running_jobs,
+            unlimited=not groups,
+            namespaces=tuple(spec.namespaces),
+            namespace_selector=(
+                tuple(sorted(selector.match_labels.items())) if selector is not None else None
+            ),
+            default=spec.default,
+            policy=spec.policy,
+        )
+
+    @classmethod
+    def from_resource(cls, obj: Mapping[str, Any]) -> QueueState:
+        """A TrainingQueue as the API returns it -> QueueState; QueueConfigError names the
+        first bad field."""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise QueueConfigError("<no name>", "metadata.name", "required")
+        try:
+            spec = TrainingQueueSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            path, msg = all_errors(exc, "spec")[0]
+            raise QueueConfigError(name, path, msg) from exc
+        return cls.from_spec(name, spec)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """One TrainingJob as admission sees it: pending (admitted False) or holding GPUs.
+
+    key: "namespace/name". queue: the QueueState.name it resolved to (queueing.resolve).
+    priority: the value of its PriorityClass (higher first). created: creation time, the FIFO
+    order. gpus: the gang's GPUs (spec.total_gpus). products: spec.placement.gpuProducts
+    (empty: any). Admitted jobs also give product (the nvidia.com/gpu.product of their nodes),
+    nodes ((node, GPUs) they hold; preemption simulates releasing them) and started (victims
+    are chosen youngest first). queued_since: when it last entered the queue (creation, or its
+    last preemption); the backfill threshold counts from it. blocked_reason/blocked_message: a
+    verdict reached before admission (Policy: queue resolution or tenant policy;
+    Incompatible) that keeps the job out of line.
+    """
+
+    key: str
+    queue: str
+    gpus: int
+    created: float
+    priority: int = 0
+    products: tuple[str, ...] = ()
+    admitted: bool = False
+    product: str | None = None
+    nodes: tuple[tuple[str, int], ...] = ()
+    started: float | None = None
+    preemptions: int = 0
+    queued_since: float | None = None
+    blocked_reason: str | None = None
+    blocked_message: str = ""
+
+    @property
+    def waiting_since(self) -> float:
+        return self.created if self.queued_since is None else self.queued_since
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The gang can be placed: `placement` is whatever the placer planned (the planner's Plan
+    for PlannerPlacer), `gpus_by_node` what it takes, `product` its nodes' GPU product."""
+
+    placement: Any
+    gpus_by_node: tuple[tuple[str, int], ...]
+    product: str | None
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """The gang cannot be placed on this snapshot: reason NoFit or Incompatible."""
+
+    reason: str
+    message: str
+
+
+class Placer(Protocol):
+    """try_place: place `job` on `snapshot` using only GPUs of `products` (None: any the job
+    allows). Must be pure: admission calls it on what-if snapshots (simulate/undo)."""
+
+    def __call__(
+        self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
+    ) -> Fit | Unfit: ...
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    """The verdict for one job; `admitted`, `reason`, `message`, `position` match
+    reconcile.Admission, so a decision can stand in for it.
+
+    action: Admit (newly admitted: placement holds the planned placement), Keep (admitted
+    before, stays), Wait (reason Quota | NoFit | Policy | Incompatible, position 1-based among
+    the queue's waiting jobs; a waiting preemptor lists its `victims` and carries the
+    placement planned for when they are gone), Preempt (reason Reclaim | Priority; evict the
+    whole gang, requeue it without counting a restart; `preemptor` names who needs the GPUs).
+    """
+
+    key: str
+    queue: str
+    action: Action
+    reason: str = ""
+    message: str = ""
+    position: int | None = None
+    group: str | None = None
+    gpus: int = 0
+    borrowed: int = 0
+    placement: Fit | None = None
+    victims: tuple[str, ...] = ()
+    preemptor: str | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.action in ("Admit", "Keep")
+
+
+@dataclass(frozen=True)
+class GroupUsage:
+    """One product group of a queue, as TrainingQueue status.usage shows it."""
+
+    name: str
+    quota: int
+    used: int
+    borrowed: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    """TrainingQueue status after the decisions took effect."""
+
+    name: str
+    groups: tuple[GroupUsage, ...]
+    admitted_jobs: int
+    pending_jobs: int
+
+    def to_status(self) -> dict[str, Any]:
+        """The TrainingQueue status subresource body."""
+        return TrainingQueueStatus(
+            usage=[
+                ProductUsage(
+                    name=g.name, quota=g.quota, used=g.used, borrowed=g.borrowed, pending=g.pending
+                )
+                for g in self.groups
+            ],
+            admitted_jobs=self.admitted_jobs,
+            pending_jobs=self.pending_jobs,
+        ).to_api()
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Everything one admission pass decided: a JobDecision per job (in queue order) and the
+    resulting usage per queue."""
+
+    jobs: Mapping[str, JobDecision]
+    usage: Mapping[str, QueueUsage]
+
+    def __getitem__(self, key: str) -> JobDecision:
+        return self.jobs[key]
+
+    def __iter__(self) -> Iterator[JobDecision]:
+        return iter(self.jobs.values())
+
+    def get(self, key: str) -> JobDecision | None:
+        return self.jobs.get(key)
+
+    def by_action(self, action: Action) -> tuple[JobDecision, ...]:
+        return tuple(d for d in self.jobs.values() if d.action == action)
+
+    @property
+    def admitted(self) -> tuple[JobDecision, ...]:
+        """Newly admitted jobs."""
+        return self.by_action("Admit")
+
+    @property
+    def waiting(self) -> tuple[JobDecision, ...]:
+        return self.by_action("Wait")
+
+    @property
+    def preempted(self) -> tuple[JobDecision, ...]:
+        """Victims: admitted jobs to evict now."""
+        return self.by_action("Preempt")

@@ -1,0 +1,85 @@
+"""Glue between admission and the planner: a placer that runs `plan_job`, and the policy check
+on the image the planner would choose.
+
+Neighbours: `queueing.admission` calls the placer on what-if snapshots; the operator and
+`queueing.simulate` build one per pass from the TrainingJob bodies. Because the placer is the
+planner itself, what admission admits is exactly what the operator creates and
+`trainop render` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trainop.api.trainingjob import TrainingJobSpec
+from trainop.inventory import Snapshot
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job, resolve
+from trainop.queueing.model import INCOMPATIBLE, Fit, QueuedJob, QueueState, Unfit
+from trainop.queueing.policy import Violation, check_policy
+
+
+def with_products(body: Mapping[str, Any], products: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of the job body whose spec.placement.gpuProducts is narrowed to `products`
+    (intersected with what the job allows), so the planner places on one quota group."""
+    spec = dict(body.get("spec") or {})
+    placement = dict(spec.get("placement") or {})
+    allowed = placement.get("gpuProducts") or []
+    placement["gpuProducts"] = [p for p in products if not allowed or p in allowed]
+    spec["placement"] = placement
+    out = dict(body)
+    out["spec"] = spec
+    return out
+
+
+def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
+    """A planner Plan as admission's Fit (the Plan rides along as `placement`)."""
+    p = plan.placement
+    product = None
+    for name in p.nodes:
+        node = snapshot.get(name)
+        if node is not None and node.gpu.product:
+            product = node.gpu.product
+            break
+    return Fit(
+        placement=plan,
+        gpus_by_node=tuple(sorted(p.gpus_by_node().items())),
+        product=product,
+        nodes=p.nodes,
+    )
+
+
+class PlannerPlacer:
+    """try_place backed by planner.plan_job; `bodies` maps QueuedJob.key to the job body."""
+
+    def __init__(self, bodies: Mapping[str, Mapping[str, Any]], config: OperatorConfig) -> None:
+        self.bodies = bodies
+        self.config = config
+
+    def __call__(
+        self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
+    ) -> Fit | Unfit:
+        body = self.bodies[job.key]
+        if products is not None:
+            body = with_products(body, products)
+            if not body["spec"]["placement"]["gpuProducts"]:
+                return Unfit(INCOMPATIBLE, "the job allows none of the group's GPU products")
+        try:
+            result = plan_job(body, snapshot, self.config)
+        except InvalidJob as exc:
+            # e.g. no image of the framework runs on this group's GPUs: another group may do.
+            return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")
+        if isinstance(result, Wait):
+            return Unfit(result.reason, result.message)
+        return fit_of(result, snapshot)
+
+
+def job_policy(
+    spec: TrainingJobSpec, queue: QueueState, snapshot: Snapshot, config: OperatorConfig
+) -> tuple[Violation, ...]:
+    """Tenant-policy violations of a job in `queue`, checked on the image the planner picks
+    (raises InvalidJob when no image can be chosen at all). Built-in queue: none."""
+    if queue.builtin:
+        return ()
+    choice = resolve(spec, snapshot, config)
+    return check_policy(spec, queue.policy, queue=queue.name, image=choice.image, cuda=choice.cuda)

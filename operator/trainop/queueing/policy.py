@@ -1,0 +1,199 @@
+"""Tenant policy of a TrainingQueue checked against a job: a list of violations, never a fix-up.
+
+Each violation is one sentence naming the job field and the queue's rule, e.g.
+`spec.replicaSpecs.Worker.template.spec.containers[0].securityContext.privileged: queue nlp
+does not allow privileged containers (policy.allowPrivileged is false)`. The operator refuses
+such a job (condition Invalid, reason PolicyViolation); it never strips the offending field.
+
+Rules: images (the resolved image, and any image a pod template sets) must start with one of
+policy.allowedImagePrefixes; the framework must be in allowedFrameworks; the CUDA the image
+needs (else spec.cuda) must lie in policy.cuda (unknown CUDA is a violation when a range is
+set: it cannot be checked); the gang's GPUs at most maxGpusPerJob; pod templates must not be
+privileged or use hostNetwork / hostPID / hostPath unless allowed, nor add capabilities
+beyond allowedCapabilities (IPC_LOCK, which trainop adds itself for RDMA, is always allowed).
+maxRunningJobs is not checked here: it is a quota (the job waits, reason Quota).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainop.api.trainingjob import TrainingJobSpec
+from trainop.api.trainingqueue import TenantPolicy
+from trainop.catalog import parse_version
+
+ALWAYS_ALLOWED_CAPABILITIES = frozenset({"IPC_LOCK"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def _cap(name: str) -> str:
+    # Kubernetes takes "SYS_ADMIN"; people also write "CAP_SYS_ADMIN" or lower case.
+    n = str(name).strip().upper()
+    return n.removeprefix("CAP_")
+
+
+def _containers(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping[str, Any]]]:
+    for kind in ("initContainers", "containers"):
+        items = pod_spec.get(kind)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, Mapping):
+                    yield kind, i, c
+
+
+def _version_text(v: tuple[int, ...]) -> str:
+    return ".".join(str(p) for p in v)
+
+
+def check_policy(
+    spec: TrainingJobSpec,
+    policy: TenantPolicy,
+    *,
+    queue: str,
+    image: str | None = None,
+    cuda: tuple[int, ...] | None = None,
+) -> tuple[Violation, ...]:
+    """Violations of `policy` (queue `queue`) by a job; `image` is the image the pods run
+    (the planner's resolved choice) and `cuda` the CUDA it needs, when known."""
+    out: list[Violation] = []
+    q = f"queue {queue}"
+
+    prefixes = tuple(policy.allowed_image_prefixes)
+    allowed_list = ", ".join(prefixes)
+    if prefixes and image and not image.startswith(prefixes):
+        fld = "spec.image" if spec.image else "spec.framework"
+        how = "" if spec.image else " (the image trainop chose for the framework)"
+        out.append(
+            Violation(
+                fld,
+                f"image {image}{how} is not allowed by {q}: images must start with "
+                f"{allowed_list} (policy.allowedImagePrefixes)",
+            )
+        )
+
+    frameworks = tuple(policy.allowed_frameworks)
+    if frameworks and spec.framework.name not in frameworks:
+        out.append(
+            Violation(
+                "spec.framework.name",
+                f"framework {spec.framework.name} is not allowed by {q}: allowed are "
+                f"{', '.join(frameworks)} (policy.allowedFrameworks)",
+            )
+        )
+
+    rng = policy.cuda
+    if rng is not None and (rng.min or rng.max):
+        have = cuda or parse_version(spec.cuda)
+        lo, hi = parse_version(rng.min), parse_version(rng.max)
+        if have is None:
+            out.append(
+                Violation(
+                    "spec.cuda",
+                    f"the job's CUDA version is unknown and {q} limits CUDA (policy.cuda): "
+                    "set spec.cuda",
+                )
+            )
+        else:
+            mm = tuple(have[:2])
+            if lo is not None and mm < tuple(lo[:2]):
+                out.append(
+                    Violation(
+                        "spec.cuda",
+                        f"CUDA {_version_text(mm)} is below {q}'s minimum {rng.min} "
+                        "(policy.cuda.min)",
+                    )
+                )
+            if hi is not None and mm > tuple(hi[:2]):
+                out.append(
+                    Violation(
+                        "spec.cuda",
+                        f"CUDA {_version_text(mm)} is above {q}'s maximum {rng.max} "
+                        "(policy.cuda.max)",
+                    )
+                )
+
+    limit = policy.max_gpus_per_job
+    if limit is not None and spec.total_gpus > limit:
+        parts = ", ".join(
+            f"{role}: {r.replicas} x {r.gpus}" for role, r in spec.replica_specs.items() if r.gpus
+        )
+        out.append(
+            Violation(
+                "spec.replicaSpecs",
+                f"the job asks for {spec.total_gpus} GPUs ({parts}); {q} allows at most "
+                f"{limit} per job (policy.maxGpusPerJob)",
+            )
+        )
+
+    for role, r in spec.replica_specs.items():
+        out.extend(_template_violations(role, r.template, policy, q, prefixes))
+    return tuple(out)
+
+
+def _template_violations(
+    role: str,
+    template: Mapping[str, Any],
+    policy: TenantPolicy,
+    q: str,
+    prefixes: tuple[str, ...],
+) -> Iterator[Violation]:
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(pod, Mapping):
+        return
+    base = f"spec.replicaSpecs.{role}.template.spec"
+    if pod.get("hostNetwork") and not policy.allow_host_network:
+        yield Violation(
+            f"{base}.hostNetwork",
+            f"{q} does not allow hostNetwork (policy.allowHostNetwork is false)",
+        )
+    if pod.get("hostPID") and not policy.allow_host_pid:
+        yield Violation(
+            f"{base}.hostPID", f"{q} does not allow hostPID (policy.allowHostPID is false)"
+        )
+    volumes = pod.get("volumes")
+    if isinstance(volumes, list) and not policy.allow_host_path:
+        for i, v in enumerate(volumes):
+            if isinstance(v, Mapping) and v.get("hostPath") is not None:
+                yield Violation(
+                    f"{base}.volumes[{i}].hostPath",
+                    f"{q} does not allow hostPath volumes (policy.allowHostPath is false)",
+                )
+    allowed_caps = {_cap(c) for c in policy.allowed_capabilities} | ALWAYS_ALLOWED_CAPABILITIES
+    for kind, i, c in _containers(pod):
+        where = f"{base}.{kind}[{i}]"
+        image = c.get("image")
+        if prefixes and isinstance(image, str) and image and not image.startswith(prefixes):
+            yield Violation(
+                f"{where}.image",
+                f"image {image} is not allowed by {q}: images must start with "
+                f"{', '.join(prefixes)} (policy.allowedImagePrefixes)",
+            )
+        sc = c.get("securityContext")
+        if not isinstance(sc, Mapping):
+            continue
+        if sc.get("privileged") and not policy.allow_privileged:
+            yield Violation(
+                f"{where}.securityContext.privileged",
+                f"{q} does not allow privileged containers (policy.allowPrivileged is false)",
+            )
+        caps = sc.get("capabilities")
+        added = caps.get("add") if isinstance(caps, Mapping) else None
+        if isinstance(added, list):
+            extra = [str(a) for a in added if _cap(a) not in allowed_caps]
+            if extra:
+                allowed = ", ".join(sorted(allowed_caps))
+                yield Violation(
+                    f"{where}.securityContext.capabilities.add",
+                    f"{q} does not allow adding {', '.join(extra)}: allowed are {allowed} "
+                    "(policy.allowedCapabilities)",
+                )

@@ -1,0 +1,489 @@
+"""Discrete-event simulation of the admission core over jobs with submit times and durations.
+
+Neighbours: `trainop simulate` (cli/simulate.py), unit tests and the benchmark call
+`simulate(...)`. It runs the real code in-process: queue resolution, tenant policy, `admit`
+and the planner (PlannerPlacer), over a snapshot built from the Node objects.
+
+Model. Each TrainingJob carries annotations trainop.dev/sim-submit-seconds (default 0) and
+trainop.dev/sim-duration-seconds (required). Events happen at submit and finish times; at
+each event time finished jobs release their GPUs first, then submitted jobs join their
+queues, then admission passes run until one changes nothing (preemptors are admitted in the
+pass that evicts their victims, as if the victims' pods vanished at once). An admitted job
+starts `startup_seconds` later and finishes `duration` after it started. A preempted job
+goes back to its queue (its place in line keeps its creation time), and when admitted again
+runs its full duration again. Jobs the planner refuses (InvalidJob) or the queue refuses
+(Policy) never run. Everything is deterministic: ties break on the job key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainop.api import constants as c
+from trainop.api.trainingjob import TrainingJobSpec
+from trainop.inventory import Snapshot, build_snapshot
+from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
+from trainop.queueing.admission import admit
+from trainop.queueing.model import (
+    POLICY,
+    Decisions,
+    Fit,
+    QueueConfigError,
+    QueuedJob,
+    QueueState,
+    QueueUsage,
+)
+from trainop.queueing.planning import PlannerPlacer, job_policy
+from trainop.queueing.resolve import QueueError, resolve_queue
+
+_DIGITS = re.compile(r"\d+(\.\d+)?")
+INVALID = "Invalid"  # sim-only wait reason: the planner refuses the job (see InvalidJob)
+MAX_PASSES = 1000  # admission passes at one instant; more means two decisions undo each other
+
+
+class SimInputError(ValueError):
+    """A simulation input is unusable; the message names the object and field."""
+
+
+@dataclass(frozen=True)
+class WaitNote:
+    """The job started waiting for `reason` at `time` (recorded when the reason changes)."""
+
+    time: float
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One admission of a job: preempted runs end early with the preemptor's key."""
+
+    admitted: float
+    started: float
+    ended: float | None
+    nodes: tuple[str, ...]
+    preempted_by: str | None = None
+    preempt_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SimEvent:
+    time: float
+    kind: str  # submit | admit | start | preempt | finish
+    job: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    key: str
+    queue: str
+    gpus: int
+    priority: int
+    submitted: float
+    duration: float
+    state: str  # Finished | Running | Pending | Invalid | Refused
+    admitted: float | None  # admission of the last run
+    started: float | None  # start of the last run
+    finished: float | None
+    nodes: tuple[str, ...]  # of the last run
+    preemptions: int
+    runs: tuple[Run, ...]
+    waits: tuple[WaitNote, ...]
+
+    @property
+    def first_admitted(self) -> float | None:
+        return self.runs[0].admitted if self.runs else None
+
+    @property
+    def wait_reasons(self) -> tuple[str, ...]:
+        """Distinct reasons it waited for, in order of first appearance."""
+        return tuple(dict.fromkeys(w.reason for w in self.waits))
+
+
+@dataclass(frozen=True)
+class SimResult:
+    jobs: tuple[JobResult, ...]
+    events: tuple[SimEvent, ...]
+    usage: tuple[tuple[float, Mapping[str, QueueUsage]], ...]  # after each event time
+    end: float
+
+    def job(self, key: str) -> JobResult:
+        for j in self.jobs:
+            if j.key == key or j.key.split("/", 1)[-1] == key:
+                return j
+        raise KeyError(key)
+
+    def peak_usage(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """queue -> group -> (most GPUs used, most borrowed) at any time."""
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        for _, usage in self.usage:
+            for name, qu in usage.items():
+                groups = out.setdefault(name, {})
+                for g in qu.groups:
+                    used, borrowed = groups.get(g.name, (0, 0))
+                    groups[g.name] = (max(used, g.used), max(borrowed, g.borrowed))
+        return out
+
+
+@dataclass
+class _Job:
+    key: str
+    body: Mapping[str, Any]
+    submit: float
+    duration: float
+    queue: str = ""
+    gpus: int = 0
+    priority: int = 0
+    products: tuple[str, ...] = ()
+    blocked_reason: str | None = None
+    blocked_message: str = ""
+    state: str = "Future"  # Future | Pending | Running | Finished | Invalid
+    queued_since: float = 0.0
+    start_at: float = 0.0
+    end_at: float = 0.0
+    holding: tuple[tuple[str, int], ...] = ()
+    product: str | None = None
+    nodes: tuple[str, ...] = ()
+    preemptions: int = 0
+    runs: list[Run] = field(default_factory=list)
+    waits: list[WaitNote] = field(default_factory=list)
+    state_changed: bool = True  # a new wait episode starts: record even a repeated reason
+
+    def note(self, time: float, reason: str, message: str) -> None:
+        # A new note when the reason or the kind of sentence changes (numbers aside), so a
+        # hold or a preemption shows up while "uses 48 of 64" -> "uses 56 of 64" does not.
+        last = self.waits[-1] if self.waits else None
+        if (
+            last is None
+            or self.state_changed
+            or last.reason != reason
+            or _DIGITS.sub("#", last.message) != _DIGITS.sub("#", message)
+        ):
+            self.waits.append(WaitNote(time, reason, message))
+        self.state_changed = False
+
+    def queued(self) -> QueuedJob:
+        running = self.state == "Running"
+        return QueuedJob(
+            key=self.key,
+            queue=self.queue,
+            gpus=self.gpus,
+            created=self.submit,
+            priority=self.priority,
+            products=self.products,
+            admitted=running,
+            product=self.product if running else None,
+            nodes=self.holding if running else (),
+            started=self.start_at if running else None,
+            preemptions=self.preemptions,
+            queued_since=self.queued_since,
+            blocked_reason=self.blocked_reason,
+            blocked_message=self.blocked_message,
+        )
+
+
+def _annotation(body: Mapping[str, Any], key: str, name: str, default: float | None) -> float:
+    meta = body.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(key)
+    if raw is None:
+        if default is None:
+            raise SimInputError(f"TrainingJob {name}: metadata.annotations.{key}: required")
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise SimInputError(
+            f"TrainingJob {name}: metadata.annotations.{key}: not a number of seconds: {raw!r}"
+        ) from None
+    if value < 0 or not math.isfinite(value):
+        raise SimInputError(f"TrainingJob {name}: metadata.annotations.{key}: must be >= 0")
+    return value
+
+
+def job_key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+class _Sim:
+    def __init__(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        queues: Sequence[QueueState],
+        jobs: Sequence[Mapping[str, Any]],
+        namespaces: Mapping[str, Mapping[str, str]],
+        priority_classes: Mapping[str, int],
+        default_priority: int,
+        config: OperatorConfig,
+        startup_seconds: float,
+    ) -> None:
+        self.queues = list(queues)
+        self.config = config
+        self.startup = startup_seconds
+        self.snapshot: Snapshot = build_snapshot(nodes, levels=config.topology_levels)
+        self.base = self.snapshot
+        self.events: list[SimEvent] = []
+        self.usage: list[tuple[float, Mapping[str, QueueUsage]]] = []
+        self.jobs: dict[str, _Job] = {}
+        for body in jobs:
+            key = job_key(body)
+            if key in self.jobs:
+                raise SimInputError(f"TrainingJob {key}: defined twice")
+            job = _Job(
+                key,
+                body,
+                submit=_annotation(body, c.ANNOTATION_SIM_SUBMIT, key, 0.0),
+                duration=_annotation(body, c.ANNOTATION_SIM_DURATION, key, None),
+            )
+            self.prepare(job, namespaces, priority_classes, default_priority)
+            self.jobs[key] = job
+        self.placer = PlannerPlacer({k: j.body for k, j in self.jobs.items()}, config)
+
+    def prepare(
+        self,
+        job: _Job,
+        namespaces: Mapping[str, Mapping[str, str]],
+        priority_classes: Mapping[str, int],
+        default_priority: int,
+    ) -> None:
+        """Validate as the operator would: planner checks, queue, policy, priority."""
+        namespace = job.key.split("/", 1)[0]
+        try:
+            spec: TrainingJobSpec = parse_spec(job.body)
+            check_semantics(spec)
+        except InvalidJob as exc:
+            job.state, job.blocked_reason = "Invalid", INVALID
+            job.blocked_message = f"{exc.field}: {exc.detail}"
+            return
+        job.gpus = spec.total_gpus
+        job.products = tuple(spec.placement.gpu_products)
+        pc = spec.priority_class_name
+        if pc:
+            if pc not in priority_classes:
+                job.state, job.blocked_reason = "Invalid", INVALID
+                job.blocked_message = f"spec.priorityClassName: no PriorityClass {pc!r}"
+                return
+            job.priority = priority_classes[pc]
+        else:
+            job.priority = default_priority
+        try:
+            queue = resolve_queue(namespace, spec.queue, self.queues, namespaces.get(namespace))
+        except QueueError as exc:
+            job.queue = spec.queue or ""
+            job.blocked_reason, job.blocked_message = POLICY, str(exc)
+            return
+        job.queue = queue.name
+        try:
+            violations = job_policy(spec, queue, self.base, self.config)
+        except InvalidJob as exc:
+            job.state, job.blocked_reason = "Invalid", INVALID
+            job.blocked_message = f"{exc.field}: {exc.detail}"
+            return
+        if violations:
+            job.blocked_reason = POLICY
+            job.blocked_message = "; ".join(str(v) for v in violations)
+
+    # --- the event loop ----------------------------------------------------------------------
+    def run(self) -> SimResult:
+        now = 0.0
+        while True:
+            upcoming = [j.submit for j in self.jobs.values() if j.state == "Future"]
+            upcoming += [j.end_at for j in self.jobs.values() if j.state == "Running"]
+            if not upcoming:
+                break
+            now = min(upcoming)
+            for job in sorted(self.jobs.values(), key=lambda j: (j.end_at, j.key)):
+                if job.state == "Running" and job.end_at <= now:
+                    self.finish(job, now)
+            for job in sorted(self.jobs.values(), key=lambda j: (j.submit, j.key)):
+                if job.state == "Future" and job.submit <= now:
+                    job.state, job.queued_since = "Pending", job.submit
+                    self.events.append(SimEvent(now, "submit", job.key))
+            self.settle(now)
+        return self.result(now)
+
+    def settle(self, now: float) -> None:
+        last: Decisions | None = None
+        for _ in range(MAX_PASSES):
+            last = self.admission_pass(now)
+            if last is None:
+                return
+            if not any(d.action in ("Admit", "Preempt") or d.victims for d in last):
+                self.usage.append((now, last.usage))
+                return
+        raise RuntimeError(f"admission did not settle at t={now:g}s")
+
+    def admission_pass(self, now: float) -> Decisions | None:
+        live = [j for j in self.jobs.values() if j.state in ("Pending", "Running")]
+        if not live:
+            return None
+        live.sort(key=lambda j: j.key)
+        decisions = admit(now, self.queues, [j.queued() for j in live], self.snapshot, self.placer)
+        # Releases before reservations: the pass planned on a snapshot where both happened.
+        for d in decisions.preempted:
+            self.evict(self.jobs[d.key], now, d.preemptor, d.reason)
+        for d in decisions:
+            job = self.jobs[d.key]
+            if d.action == "Admit" and d.placement is not None:
+                self.start(job, now, d.placement)
+            elif d.action == "Wait" and d.victims and d.placement is not None:
+                job.note(now, d.reason, d.message)
+                self.start(job, now, d.placement)
+            elif d.action == "Wait" and job.state == "Pending":
+                job.note(now, d.reason, d.message)
+        return decisions
+
+    def start(self, job: _Job, now: float, fit: Fit) -> None:
+        self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
+        job.state = "Running"
+        job.holding = fit.gpus_by_node
+        job.product = fit.product
+        job.nodes = fit.nodes
+        job.start_at = now + self.startup
+        job.end_at = job.start_at + job.duration
+        job.state_changed = True
+        job.runs.append(Run(now, job.start_at, None, fit.nodes))
+        self.events.append(SimEvent(now, "admit", job.key, ",".join(fit.nodes)))
+
+    def release(self, job: _Job) -> None:
+        self.snapshot = self.snapshot.with_released(dict(job.holding))
+        job.holding = ()
+
+    def evict(self, job: _Job, now: float, by: str | None, reason: str) -> None:
+        self.release(job)
+        job.state, job.queued_since = "Pending", now
+        job.preemptions += 1
+        job.state_changed = True
+        run = job.runs[-1]
+        job.runs[-1] = Run(run.admitted, run.started, now, run.nodes, by, reason)
+        self.events.append(SimEvent(now, "preempt", job.key, f"{reason} by {by}"))
+
+    def finish(self, job: _Job, now: float) -> None:
+        self.release(job)
+        job.state = "Finished"
+        run = job.runs[-1]
+        job.runs[-1] = Run(run.admitted, run.started, job.end_at, run.nodes)
+        self.events.append(SimEvent(job.end_at, "finish", job.key))
+
+    def result(self, now: float) -> SimResult:
+        out = []
+        for job in sorted(self.jobs.values(), key=lambda j: (j.submit, j.key)):
+            waits = list(job.waits)
+            if job.blocked_reason and not waits:
+                waits.append(WaitNote(job.submit, job.blocked_reason, job.blocked_message))
+            state = {"Future": "Pending"}.get(job.state, job.state)
+            if job.blocked_reason == POLICY:
+                state = "Refused"
+            last = job.runs[-1] if job.runs else None
+            out.append(
+                JobResult(
+                    key=job.key,
+                    queue=job.queue,
+                    gpus=job.gpus,
+                    priority=job.priority,
+                    submitted=job.submit,
+                    duration=job.duration,
+                    state=state,
+                    admitted=last.admitted if last else None,
+                    started=last.started if last else None,
+                    finished=job.end_at if job.state == "Finished" else None,
+                    nodes=last.nodes if last else (),
+                    preemptions=job.preemptions,
+                    runs=tuple(job.runs),
+                    waits=tuple(waits),
+                )
+            )
+        events = sorted(self.events, key=lambda e: e.time)  # stable: same-time order kept
+        return SimResult(tuple(out), tuple(events), tuple(self.usage), now)
+
+
+def simulate(
+    nodes: Sequence[Mapping[str, Any]],
+    queues: Sequence[Mapping[str, Any] | QueueState],
+    jobs: Sequence[Mapping[str, Any]],
+    *,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
+    priority_classes: Mapping[str, int] | None = None,
+    default_priority: int = 0,
+    config: OperatorConfig | None = None,
+    startup_seconds: float = 0.0,
+) -> SimResult:
+    """Run the simulation. nodes: Node dicts; queues: TrainingQueue dicts (or QueueStates);
+    jobs: TrainingJob dicts with the sim annotations; namespaces: name -> labels (for
+    namespaceSelector); priority_classes: PriorityClass name -> value. SimInputError names a
+    bad input."""
+    states = []
+    for q in queues:
+        if isinstance(q, QueueState):
+            states.append(q)
+            continue
+        try:
+            states.append(QueueState.from_resource(q))
+        except QueueConfigError as exc:
+            raise SimInputError(str(exc)) from None
+    names = [q.name for q in states]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SimInputError(f"TrainingQueue {dupes[0]}: defined twice")
+    try:
+        sim = _Sim(
+            nodes,
+            states,
+            jobs,
+            namespaces or {},
+            priority_classes or {},
+            default_priority,
+            config or OperatorConfig(),
+            startup_seconds,
+        )
+    except ValueError as exc:  # e.g. duplicate node names in the inventory
+        if isinstance(exc, SimInputError):
+            raise
+        raise SimInputError(str(exc)) from None
+    return sim.run()
+
+
+def split_documents(
+    docs: Sequence[Mapping[str, Any]],
+) -> tuple[
+    list[Mapping[str, Any]],
+    list[Mapping[str, Any]],
+    dict[str, dict[str, str]],
+    dict[str, int],
+    int,
+]:
+    """(TrainingQueues, TrainingJobs, namespace labels, PriorityClass values, default
+    priority) from a mix of documents; other kinds are a SimInputError."""
+    queues: list[Mapping[str, Any]] = []
+    jobs: list[Mapping[str, Any]] = []
+    namespaces: dict[str, dict[str, str]] = {}
+    classes: dict[str, int] = {}
+    default = 0
+    for i, doc in enumerate(docs):
+        kind = doc.get("kind")
+        meta = doc.get("metadata") or {}
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if kind == "TrainingQueue":
+            queues.append(doc)
+        elif kind == "TrainingJob":
+            jobs.append(doc)
+        elif kind == "Namespace" and name:
+            namespaces[str(name)] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        elif kind == "PriorityClass" and name:
+            value = doc.get("value")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise SimInputError(f"PriorityClass {name}: value: must be an integer")
+            classes[str(name)] = value
+            if doc.get("globalDefault"):
+                default = value
+        else:
+            raise SimInputError(
+                f"document {i + 1} ({kind or 'no kind'}): expected TrainingQueue, TrainingJob, "
+                "Namespace or PriorityClass"
+            )
+    return queues, jobs, namespaces, classes, default
