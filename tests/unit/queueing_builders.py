@@ -25,7 +25,7 @@ from trainop.queueing import (
     admit,
 )
 
-__all__ = ["A100", "H100", "J", "GangPlacer", "Q", "decide", "nodes", "snapshot_for"]
+__all__ = ["A100", "H100", "GangPlacer", "J", "Q", "decide", "nodes", "snapshot_for"]
 
 
 class Q:
