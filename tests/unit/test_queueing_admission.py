@@ -132,7 +132,9 @@ def test_any_group_lands_on_products_no_other_group_names() -> None:
 
 
 # --- borrowing within a cohort ------------------------------------------------------------------
-def pool(nlp_limit: int | None = None, vision_group: str = "h100", vision_cohort: str = "pool"):
+def pool(
+    nlp_limit: int | None = None, vision_group: str = "h100", vision_cohort: str = "pool"
+) -> list[QueueState]:
     return [
         Q("nlp").quota("h100", 16, H100, limit=nlp_limit).cohort("pool").obj(),
         Q("vision").quota(vision_group, 16, H100).cohort(vision_cohort).obj(),
@@ -277,14 +279,15 @@ def big(**kw: Any) -> QueuedJob:
     return J("q/big", "q", 24).created(0).set(**kw).obj()
 
 
-def pair(cohort_b_gpus: int) -> Case:
+def pair(a_gpus: int, b_gpus: int, expect: dict[str, str], b_backfill: float = 1000) -> Case:
+    """Cohort a+b (16 H100 each), 24 of the 32 GPUs free; a/big waited 400s, b/y 390s."""
     return Case(
         [Q("a").quota("h100", 16, H100).cohort("pool").backfill(300).obj(),
-         Q("b").quota("h100", 16, H100).cohort("pool").obj()],
-        [J("a/big", "a", 24).created(0).obj(), J("b/y", "b", cohort_b_gpus).created(10).obj()],
-        {"a/big": "Wait:NoFit", "b/y": "Admit" if cohort_b_gpus <= 16 else "Wait:Quota"},
-        now=400, other_used={"h2": 8},
-        says={} if cohort_b_gpus <= 16 else {"b/y": "held for a/big, first in queue a"},
+         Q("b").quota("h100", 16, H100).cohort("pool").backfill(b_backfill).obj()],
+        [J("a/big", "a", a_gpus).created(0).obj(), J("b/y", "b", b_gpus).created(10).obj()],
+        expect, now=400, other_used={"h3": 8},
+        says={"b/y": "held for a/big, first in queue a"} if expect["b/y"] == "Wait:Quota" and
+        a_gpus > 24 else {},
     )  # fmt: skip
 
 
@@ -314,8 +317,14 @@ BACKFILL_CASES = {
         [BF], [big(), J("q/small", "q", 8).created(10).obj()],
         {"q/big": "Admit", "q/small": "Admit"}, now=400,
     ),
-    "cohort-member-may-not-borrow-held-group": pair(24),
-    "cohort-member-within-nominal-is-not-held": pair(16),
+    "cohort-member-may-not-borrow-held-group": pair(
+        32, 24, {"a/big": "Wait:NoFit", "b/y": "Wait:Quota"}),
+    "cohort-member-within-nominal-is-not-held": pair(
+        32, 16, {"a/big": "Wait:Quota", "b/y": "Admit"}),
+    # b/y holds too (waited 390s > 300s) but a/big waited longer: b/y's hold does not stop
+    # a/big from borrowing (no mutual blocking); then b/y finds no idle quota.
+    "longest-waiting-hold-wins": pair(
+        24, 24, {"a/big": "Admit", "b/y": "Wait:Quota"}, b_backfill=300),
 }  # fmt: skip
 
 
@@ -383,7 +392,12 @@ def test_preemptor_reserves_its_placement() -> None:
         Case(
             cohort(),
             [*B_BORROWS, J("a/x", "a", 16).obj(), J("a/y", "a", 8).created(5).obj()],
-            {"a/x": "Wait:Quota", "a/y": "Wait:Quota"},
+            {
+                "a/x": "Wait:Quota",
+                "a/y": "Wait:Quota",
+                "b/2": "Preempt:Reclaim",
+                "b/3": "Preempt:Reclaim",
+            },
         )
     )
     planned = got["a/x"].placement
@@ -496,8 +510,13 @@ def test_incompatible_head_preempts_nobody() -> None:
         return Unfit("Incompatible", "no node can run the image")
 
     jobs = [*LOW, J("q/hi", "q", 16).prio(10).obj()]
-    got = admit(100, [PQ], jobs, snapshot_for(nodes(), jobs), placer)
+    roomy = Q("q").quota("h100", 64, H100).obj()  # quota fits: placement says Incompatible
+    got = admit(100, [roomy], jobs, snapshot_for(nodes(), jobs), placer)
     assert label(got["q/hi"]) == "Wait:Incompatible"
+    assert not got.preempted
+    # Over quota, victims would free quota, but the re-simulation still cannot place it.
+    got = admit(100, [PQ], jobs, snapshot_for(nodes(), jobs), placer)
+    assert label(got["q/hi"]) == "Wait:Quota"
     assert not got.preempted
 
 

@@ -23,7 +23,8 @@ The pass, in words:
      holds its groups from the start of the pass: later jobs of its queue may not use them,
      and cohort members may not borrow them (they wait, reason Quota), until it is admitted.
      A hold reserves quota, not nodes: queues outside the cohort (own quota) still place by
-     fair share. Only the head holds; an Incompatible head holds nothing.
+     fair share. Only the head holds; an Incompatible head holds nothing. Between two
+     holding heads the one that waited longer wins (no mutual blocking).
   6. Preemption, tried only for a queue's head that is blocked on Quota or NoFit:
      (a) Reclaim: when the head fits its queue's nominal quota, admitted gangs of cohort
          members that borrow that group are candidates, as long as their queue still
@@ -43,7 +44,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from trainop.inventory import Snapshot
 from trainop.queueing.groups import Candidate, candidates, fleet_products, group_of
@@ -96,6 +97,11 @@ class _Hold:
     waited: float
     threshold: float
     reason: str = QUOTA  # the head's own reason once known; cohort borrowers always see Quota
+
+    @property
+    def rank(self) -> tuple[float, str]:
+        """Lower ranks first: the longer wait, then the key."""
+        return (-self.waited, self.head)
 
     def message(self, group: str) -> str:
         what = f"{group} GPUs are" if group else "GPUs are"
@@ -202,6 +208,9 @@ class _Pass:
         self.holds: list[_Hold] = []
         self.heads: dict[str, str] = {}
         self.lines: dict[str, list[QueuedJob]] = defaultdict(list)
+        self.waiting: dict[str, int] = defaultdict(int)
+        self.version = 0  # bumped whenever usage changes (admission, preemption)
+        self._candidates: dict[tuple[str, tuple[str, ...]], tuple[Candidate, ...]] = {}
 
     # --- setup -------------------------------------------------------------------------
     def charge_admitted(self) -> None:
@@ -255,6 +264,7 @@ class _Pass:
     # --- the fair-share loop -------------------------------------------------------------
     def run(self) -> None:
         cursor: dict[str, int] = dict.fromkeys(self.lines, 0)
+        order_cache: dict[str, tuple[tuple[int, int], tuple[bool, float, int, float, str]]] = {}
         for name, line in self.lines.items():
             self.maybe_hold(line[0], self.queues[name])
         while True:
@@ -263,15 +273,22 @@ class _Pass:
                 return
 
             def order(name: str) -> tuple[bool, float, int, float, str]:
+                # Cached until usage changes: most jobs wait, and waiting changes nothing.
+                memo = (self.version, cursor[name])
+                hit = order_cache.get(name)
+                if hit is not None and hit[0] == memo:
+                    return hit[1]
                 q = self.queues[name]
                 head = self.lines[name][cursor[name]]
-                return (
+                key = (
                     self.would_borrow(head, q),
                     self.ledger.share(q),
                     -head.priority,
                     head.created,
                     name,
                 )
+                order_cache[name] = (memo, key)
+                return key
 
             name = min(live, key=order)
             job = self.lines[name][cursor[name]]
@@ -303,12 +320,21 @@ class _Pass:
     def candidates(self, job: QueuedJob, q: QueueState) -> tuple[Candidate, ...]:
         if q.unlimited:
             return (_unlimited_candidate(),)
-        return candidates(q, job.products, self.fleet)
+        key = (q.name, job.products)
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = candidates(q, job.products, self.fleet)
+        return found
 
     def blocks(self, job: QueuedJob, q: QueueState) -> _Blocks:
         out = _Blocks()
+        own = next((h for h in self.holds if h.head == job.key), None)
         for h in self.holds:
             if h.head == job.key:
+                continue
+            if own is not None and own.rank <= h.rank:
+                # Two heads holding against each other would both wait forever: the one
+                # that waited longer goes first.
                 continue
             if h.queue == q.name:
                 if h.groups is None:
@@ -343,6 +369,7 @@ class _Pass:
             "Wait",
             outcome.reason,
             outcome.message,
+            position=self.next_position(q),
             gpus=job.gpus,
             group=cands[0].group.name if cands else None,
         )
@@ -415,6 +442,7 @@ class _Pass:
     # --- effects on the working state ------------------------------------------------------
     def admit(self, job: QueuedJob, q: QueueState, c: Candidate, fit: Fit, borrow: int) -> None:
         k = c.group.name
+        self.version += 1
         self.ledger.charge(q.name, k, job.gpus)
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
         self.running[job.key] = _Running(job, k, fresh=True)
@@ -435,6 +463,7 @@ class _Pass:
 
     def preempt(self, job: QueuedJob, q: QueueState, plan: _PreemptPlan, why: _Outcome) -> None:
         k = plan.candidate.group.name
+        self.version += 1
         for r in plan.victims:
             del self.running[r.key]
             self.ledger.uncharge(r.queue, r.group, r.job.gpus)
@@ -474,6 +503,7 @@ class _Pass:
             why.reason,
             f"{why.message}; preempting {count} job{'s' if count > 1 else ''} ({names}) "
             f"({plan.reason})",
+            position=self.next_position(q),
             gpus=job.gpus,
             group=k,
             borrowed=plan.borrow,
@@ -579,14 +609,11 @@ class _Pass:
         return None
 
     # --- results -----------------------------------------------------------------------------
-    def positions(self) -> None:
-        for line in self.lines.values():
-            n = 0
-            for job in line:
-                d = self.decisions[job.key]
-                if d.action == "Wait":
-                    n += 1
-                    self.decisions[job.key] = replace(d, position=n)
+    def next_position(self, q: QueueState) -> int:
+        # Each line is consumed in order and a waiting verdict is final for the pass, so the
+        # position is the count of waiting jobs of the queue so far.
+        self.waiting[q.name] += 1
+        return self.waiting[q.name]
 
     def usage(self) -> dict[str, QueueUsage]:
         out: dict[str, QueueUsage] = {}
@@ -621,7 +648,6 @@ class _Pass:
         return out
 
     def result(self) -> Decisions:
-        self.positions()
         ordered = {j.key: self.decisions[j.key] for j in self.jobs}
         return Decisions(jobs=ordered, usage=self.usage())
 

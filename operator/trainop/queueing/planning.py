@@ -1,5 +1,4 @@
-"""Glue between admission and the planner: a placer that runs `plan_job`, and the policy check
-on the image the planner would choose.
+"""Admission <-> planner glue: a placer that runs `plan_job`; policy checked on the planner's image.
 
 Neighbours: `queueing.admission` calls the placer on what-if snapshots; the operator and
 `queueing.simulate` build one per pass from the TrainingJob bodies. Because the placer is the

@@ -162,7 +162,10 @@ class _Job:
             last is None
             or self.state_changed
             or last.reason != reason
-            or _DIGITS.sub("#", last.message) != _DIGITS.sub("#", message)
+            or (
+                last.message != message
+                and _DIGITS.sub("#", last.message) != _DIGITS.sub("#", message)
+            )
         ):
             self.waits.append(WaitNote(time, reason, message))
         self.state_changed = False

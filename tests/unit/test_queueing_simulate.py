@@ -1,0 +1,308 @@
+"""`simulate` end to end: the real queueing and planner code over timed jobs, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tests.unit.jobs import EXAMPLES, FLEET_NODES, Job, fleet_nodes
+from trainop.api import constants as c
+from trainop.cli.main import cli
+from trainop.cli.simulate import compress_nodes
+from trainop.queueing import SimInputError, SimResult, simulate
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+SIM = EXAMPLES / "sim"
+
+
+def h100_nodes(count: int) -> list[dict[str, Any]]:
+    """The first `count` DGX H100 nodes of the default fleet (rack h100-a, then h100-b)."""
+    nodes = [n for n in fleet_nodes() if n["metadata"]["name"].startswith("h100-")]
+    return nodes[:count]
+
+
+def tj(
+    key: str,
+    submit: float,
+    duration: float,
+    gpus: int = 8,
+    *,
+    priority: str | None = None,
+    queue: str | None = None,
+    template: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A PyTorch job of gpus/8 pods x 8 H100 GPUs (or one pod of `gpus`)."""
+    ns, name = key.split("/")
+    replicas, per = (gpus // 8, 8) if gpus % 8 == 0 else (1, gpus)
+    job = Job(name, ns).framework("pytorch", "2.4").cuda("12.4").workers(replicas, per, template)
+    job.placement("rack", "Preferred", [H100])
+    if priority:
+        job.set("priorityClassName", priority)
+    if queue:
+        job.set("queue", queue)
+    body = job.obj()
+    body["metadata"]["annotations"] = {
+        c.ANNOTATION_SIM_SUBMIT: str(submit),
+        c.ANNOTATION_SIM_DURATION: str(duration),
+    }
+    return body
+
+
+def tq(name: str, gpus: int, *, cohort: str | None = None, **spec: Any) -> dict[str, Any]:
+    ns = spec.pop("namespaces", [f"team-{name}"])
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaces": ns,
+            "default": True,
+            "quotas": [{"name": "h100", "products": [H100], "gpus": gpus}],
+            **({"cohort": cohort} if cohort else {}),
+            **spec,
+        },
+    }
+
+
+def times(result: SimResult, key: str) -> tuple[Any, ...]:
+    j = result.job(key)
+    return (j.admitted, j.started, j.finished, j.preemptions)
+
+
+def test_quota_serializes_a_queue() -> None:
+    got = simulate(
+        h100_nodes(8),
+        [tq("nlp", 16)],
+        [tj("team-nlp/a", 0, 100, 16), tj("team-nlp/b", 10, 50, 16)],
+    )
+    assert times(got, "team-nlp/a") == (0, 0, 100, 0)
+    assert times(got, "team-nlp/b") == (100, 100, 150, 0)
+    assert got.job("team-nlp/b").wait_reasons == ("Quota",)
+    assert got.job("team-nlp/b").waits[0].time == 10
+
+
+def test_borrowing_then_reclaim() -> None:
+    got = simulate(
+        h100_nodes(16),
+        [tq("nlp", 64, cohort="pool"), tq("vision", 64, cohort="pool")],
+        [tj("team-vision/v1", 0, 1000, 96), tj("team-nlp/n1", 100, 200, 64)],
+    )
+    v1, n1 = got.job("team-vision/v1"), got.job("team-nlp/n1")
+    assert times(got, "team-nlp/n1") == (100, 100, 300, 0)
+    # v1 borrowed 32 of nlp's H100s, lost them to the reclaim, and ran again from scratch.
+    assert times(got, "team-vision/v1") == (300, 300, 1300, 1)
+    first = v1.runs[0]
+    assert (first.admitted, first.ended, first.preempted_by, first.preempt_reason) == (
+        0, 100, "team-nlp/n1", "Reclaim",
+    )  # fmt: skip
+    assert "preempting 1 job (team-vision/v1) (Reclaim)" in n1.waits[0].message
+    assert got.peak_usage()["vision"]["h100"] == (96, 32)
+
+
+def test_priority_preemption_restarts_the_victim() -> None:
+    got = simulate(
+        h100_nodes(4),
+        [tq("q", 16)],
+        [tj("team-q/lo", 0, 500, 16), tj("team-q/hi", 100, 100, 16, priority="high")],
+        priority_classes={"high": 100},
+    )
+    assert times(got, "team-q/hi") == (100, 100, 200, 0)
+    assert times(got, "team-q/lo") == (200, 200, 700, 1)
+    assert got.job("team-q/lo").runs[0].preempt_reason == "Priority"
+    assert got.job("team-q/hi").priority == 100
+
+
+def test_backfill_before_the_threshold() -> None:
+    jobs = [
+        tj("team-q/a", 0, 100, 16),
+        tj("team-q/big", 10, 100, 32),
+        tj("team-q/small", 20, 50, 16),
+    ]
+    got = simulate(h100_nodes(4), [tq("q", 64, backfillWaitSeconds=1000)], jobs)
+    assert times(got, "team-q/small") == (20, 20, 70, 0)
+    assert times(got, "team-q/big") == (100, 100, 200, 0)
+    assert got.job("team-q/big").wait_reasons == ("NoFit",)
+
+
+def test_head_holds_after_the_threshold() -> None:
+    jobs = [
+        tj("team-q/a", 0, 100, 16),
+        tj("team-q/big", 10, 100, 32),
+        tj("team-q/small", 20, 50, 16),
+    ]
+    got = simulate(h100_nodes(4), [tq("q", 64, backfillWaitSeconds=5)], jobs)
+    assert times(got, "team-q/big") == (100, 100, 200, 0)
+    assert times(got, "team-q/small") == (200, 200, 250, 0)
+    assert "held for team-q/big" in got.job("team-q/small").waits[0].message
+
+
+def test_fair_share_alternates_queues() -> None:
+    jobs = [tj(f"team-a/a{i}", 0, 100) for i in range(4)]
+    jobs += [tj(f"team-b/b{i}", 50, 100) for i in range(2)]
+    got = simulate(h100_nodes(2), [tq("a", 64), tq("b", 64)], jobs)
+    admitted = {j.key: j.admitted for j in got.jobs}
+    assert admitted == {
+        "team-a/a0": 0, "team-a/a1": 0,
+        "team-a/a2": 100, "team-b/b0": 100,  # equal shares at 100: the older head, then b
+        "team-a/a3": 200, "team-b/b1": 200,
+    }  # fmt: skip
+
+
+def test_startup_seconds_delay_the_start() -> None:
+    got = simulate(h100_nodes(2), [tq("q", 16)], [tj("team-q/a", 5, 100)], startup_seconds=30)
+    assert times(got, "team-q/a") == (5, 35, 135, 0)
+
+
+def test_jobs_without_a_queue_use_the_builtin_queue() -> None:
+    got = simulate(h100_nodes(2), [], [tj("lab/a", 0, 10, 16), tj("lab/b", 0, 10, 16)])
+    assert [(j.queue, j.admitted, j.finished) for j in got.jobs] == [
+        ("(built-in)", 0, 10),
+        ("(built-in)", 10, 20),
+    ]
+
+
+def test_refused_and_invalid_jobs_never_run() -> None:
+    privileged = {"spec": {"containers": [{"name": "t", "securityContext": {"privileged": True}}]}}
+    got = simulate(
+        h100_nodes(2),
+        [tq("q", 16)],
+        [
+            tj("team-q/priv", 0, 10, template=privileged),
+            tj("team-q/who", 0, 10, priority="nope"),
+            tj("team-q/lost", 0, 10, queue="other"),
+            tj("team-q/ok", 0, 10),
+        ],
+    )
+    priv, who, lost = got.job("team-q/priv"), got.job("team-q/who"), got.job("team-q/lost")
+    assert (priv.state, priv.wait_reasons, priv.admitted) == ("Refused", ("Policy",), None)
+    assert "securityContext.privileged" in priv.waits[0].message
+    assert (who.state, who.wait_reasons) == ("Invalid", ("Invalid",))
+    assert (lost.state, lost.wait_reasons) == ("Refused", ("Policy",))
+    assert "spec.queue" in lost.waits[0].message
+    assert times(got, "team-q/ok") == (0, 0, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "says"),
+    [
+        (lambda j: j["metadata"]["annotations"].pop(c.ANNOTATION_SIM_DURATION), "required"),
+        (lambda j: j["metadata"]["annotations"].update({c.ANNOTATION_SIM_SUBMIT: "soon"}),
+         "not a number of seconds"),
+    ],
+    ids=["missing-duration", "bad-submit"],
+)  # fmt: skip
+def test_bad_annotations_are_input_errors(mutate: Any, says: str) -> None:
+    job = tj("team-q/a", 0, 10)
+    mutate(job)
+    with pytest.raises(SimInputError, match=says):
+        simulate(h100_nodes(1), [], [job])
+
+
+def test_simulation_is_deterministic() -> None:
+    jobs = [tj(f"team-a/a{i}", i, 100 + i, 8 * (1 + i % 3)) for i in range(8)]
+    jobs += [tj(f"team-b/b{i}", i, 90, 16, priority="high" if i % 2 else None) for i in range(6)]
+    queues = [tq("a", 24, cohort="p"), tq("b", 16, cohort="p")]
+    one = simulate(h100_nodes(6), queues, jobs, priority_classes={"high": 10})
+    two = simulate(h100_nodes(6), queues, list(reversed(jobs)), priority_classes={"high": 10})
+    assert one.jobs == two.jobs
+    assert all(j.finished is not None for j in one.jobs)
+
+
+# --- the example scenario and the CLI ----------------------------------------------------------------
+def example_result() -> SimResult:
+    from trainop.queueing import split_documents
+
+    docs = [
+        d
+        for f in ("queues.yaml", "jobs.yaml")
+        for d in yaml.safe_load_all((SIM / f).read_text())
+        if d
+    ]
+    queues, jobs, namespaces, classes, default = split_documents(docs)
+    nodes = yaml.safe_load(FLEET_NODES.read_text())["items"]
+    return simulate(nodes, queues, jobs, namespaces=namespaces, priority_classes=classes,
+                    default_priority=default)  # fmt: skip
+
+
+def test_example_scenario() -> None:
+    got = example_result()
+    expected = {
+        "team-vision/resnet-a": (0, 0, 3000, 0),
+        "team-vision/resnet-b": (3000, 3000, 6000, 1),  # borrowed, reclaimed at 600, re-run
+        "team-vision/resnet-c": (3000, 3000, 4200, 0),  # over borrowingLimit, then held
+        "team-nlp/gpt-pretrain": (600, 600, 3000, 0),  # reclaims its quota
+        "team-vision/vit-tiny": (700, 700, 1000, 0),  # backfills past resnet-b
+        "team-nlp/sweep": (3000, 3000, 4800, 1),  # preempted by urgent-eval, then held
+        "team-nlp/urgent-eval": (1200, 1200, 1800, 0),
+        "team-nlp/debug-shell": (None, None, None, 0),
+    }
+    assert {j.key: times(got, j.key) for j in got.jobs} == expected
+    resnet_b, sweep = got.job("team-vision/resnet-b"), got.job("team-nlp/sweep")
+    assert (resnet_b.runs[0].ended, resnet_b.runs[0].preempted_by) == (600, "team-nlp/gpt-pretrain")
+    assert (sweep.runs[0].admitted, sweep.runs[0].preempt_reason) == (1000, "Priority")
+    assert "borrowingLimit of 32" in got.job("team-vision/resnet-c").waits[0].message
+    assert any("held for team-vision/resnet-b" in w.message for w in sweep.waits)
+    assert got.job("team-nlp/debug-shell").state == "Refused"
+    assert got.peak_usage()["vision"]["h100"] == (80, 16)
+
+
+def run_cli(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["simulate", *args])
+
+
+def test_cli_prints_the_table() -> None:
+    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
+                  "--jobs", str(SIM / "jobs.yaml"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["JOB", "QUEUE", "GPUS", "PRIO", "SUBMIT", "ADMIT", "START",
+                                "FINISH", "PREEMPT", "STATE", "NODES"]  # fmt: skip
+    row = next(line.split() for line in lines if line.startswith("team-nlp/gpt-pretrain"))
+    assert row[:10] == ["team-nlp/gpt-pretrain", "nlp", "64", "100", "600", "600", "600",
+                        "3000", "0", "Finished"]  # fmt: skip
+    assert "team-vision/resnet-b preempted (Reclaim) by team-nlp/gpt-pretrain" in res.output
+    assert "vision: a100 0/0, h100 80/16" in res.output
+
+
+def test_cli_json() -> None:
+    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
+                  "--jobs", str(SIM / "jobs.yaml"), "-o", "json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    sweep = next(j for j in data["jobs"] if j["key"] == "team-nlp/sweep")
+    assert (sweep["firstAdmitted"], sweep["admitted"], sweep["preemptions"]) == (1000, 3000, 1)
+    assert sweep["waitReasons"] == ["Quota"]
+    assert data["queuePeaks"]["nlp"]["h100"] == {"used": 80, "borrowed": 16}
+
+
+def test_cli_input_errors_exit_2(tmp_path: Any) -> None:
+    bad = tmp_path / "jobs.yaml"
+    job = tj("team-q/a", 0, 10)
+    del job["metadata"]["annotations"][c.ANNOTATION_SIM_DURATION]
+    bad.write_text(yaml.safe_dump(job))
+    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
+                  "--jobs", str(bad))  # fmt: skip
+    assert res.exit_code == 2
+    assert "trainop.dev/sim-duration-seconds: required" in res.output
+    other = tmp_path / "queues.yaml"
+    other.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(other), "--jobs", str(bad))
+    assert res.exit_code == 2 and "expected TrainingQueue" in res.output
+
+
+@pytest.mark.parametrize(
+    ("names", "text"),
+    [
+        (["h100-a-01", "h100-a-02", "h100-a-03", "h100-b-01"], "h100-a-[01-03],h100-b-01"),
+        (["n1", "n3"], "n1,n3"),
+        (["x", "y"], "x,y"),
+        ([], ""),
+    ],
+    ids=["ranges", "gaps", "unnumbered", "none"],
+)
+def test_compress_nodes(names: list[str], text: str) -> None:
+    assert compress_nodes(names) == text
