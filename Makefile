@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench clean
+        importlint generate check-generated demo demo-down bench clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,6 +43,13 @@ importlint: install
 
 generate: install
 	$(TRAINOP) generate crds --out crds --chart charts/trainop/crds
+
+# helm lint (strict) of charts/trainop with default and all-features values; helm comes
+# from PATH or the build cache (`make build-binaries`).
+chart-lint: install build-binaries
+	helm=$$($(PY) -c 'from trainop.cluster.binaries import resolve_binaries as r; print(r(build=False)["helm"])') && \
+	  "$$helm" lint --strict charts/trainop && \
+	  "$$helm" lint --strict charts/trainop --values tests/integration/chart-values-all.yaml
 
 demo: install build-binaries
 	bash examples/demo.sh

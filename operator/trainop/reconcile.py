@@ -175,6 +175,7 @@ class Admission:
     reason: str = ""
     message: str = ""
     position: int | None = None
+    plan: Plan | None = None  # the plan admission checked quota against; used as is
 
 
 ADMIT_ALL = Admission(admitted=True)
@@ -533,11 +534,17 @@ def _start_gang(
         wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
         if wait > 0:
             return finish(requeue=wait)
+    if not admission.admitted and admission.reason == "Policy":
+        # Tenant policy refuses the job as written: never silently altered, never queued.
+        st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
+        return finish()
     if not admission.admitted:
         st.wait(admission.reason, admission.message, admission.position)
         return finish(requeue=5.0)
     try:
-        result = plan_job(body, snapshot_for_planning(), config, gang_generation=restarts)
+        result: Plan | Wait = admission.plan or plan_job(
+            body, snapshot_for_planning(), config, gang_generation=restarts
+        )
     except InvalidJob as exc:
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
         return finish()
@@ -547,6 +554,10 @@ def _start_gang(
     assert isinstance(result, Plan)
     acts.create.extend(result.objects)
     acts.needs_ssh_secret = result.secret_name
+    if any(
+        cd.get("type") == "Preempted" and cd.get("status") == "True" for cd in st.new["conditions"]
+    ):
+        st.cond("Preempted", False, "Readmitted", "admitted again after a preemption")
     st.new["image"] = result.image.image
     st.new["placement"] = result.placement_status()
     st.new["startTime"] = st.new.get("startTime") or iso(now)
@@ -558,3 +569,14 @@ def _start_gang(
         f"{', '.join(placement['nodes'])}; image {result.image.image}",
     )
     return finish(requeue=1.0)
+
+
+def preempted_status(
+    body: Mapping[str, Any], reason: str, message: str, now: datetime
+) -> dict[str, Any]:
+    """Status of a gang the queue evicts: Preempted, back to Queued, restartCount untouched."""
+    st = _Status(body, now)
+    st.cond("Preempted", True, reason, message)
+    st.wait("Preempted", message)
+    st.events.clear()  # the shell posts one Preempted event itself
+    return st.new

@@ -27,12 +27,14 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.kube.client import KubeApi
 from trainop.kube.secrets import ssh_secret
-from trainop.planner import OperatorConfig, job_ref
-from trainop.reconcile import Actions, reconcile
+from trainop.planner import OperatorConfig, Plan, job_ref
+from trainop.queueing.cluster import PassResult, admission_pass, job_pods_by_key
+from trainop.reconcile import ADMIT_ALL, Actions, Admission, preempted_status, reconcile
 
 log = logging.getLogger("trainop.operator")
 
 JOBS = "trainingjobs.trainop.dev"
+QUEUES = "trainingqueues.trainop.dev"
 
 
 class Runtime:
@@ -51,6 +53,7 @@ class Runtime:
     # count as used until the index shows them, so two gangs never get the same GPUs.
     placement_lock: asyncio.Lock | None = None
     inflight: dict[tuple[str, str], dict[str, Any]] = {}
+    queue_status: dict[str, dict[str, Any]] = {}  # last TrainingQueue status written
 
 
 def _slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,6 +156,23 @@ def fabric_index(
         return None
 
 
+@kopf.index(QUEUES)
+def queue_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    return {name: copy.deepcopy(dict(body))}
+
+
+@kopf.index("namespaces")
+def namespace_index(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, dict[str, str]]:
+    """Namespace labels, for TrainingQueue namespaceSelector."""
+    return {name: dict(labels)}
+
+
+@kopf.index("priorityclasses.scheduling.k8s.io")
+def priority_index(name: str, body: kopf.Body, **_: Any) -> dict[str, int]:
+    """PriorityClass values: spec.priorityClassName orders jobs within a queue."""
+    return {name: int(body.get("value") or 0)}
+
+
 def _config_with_profiles(fabric_index: kopf.Index[Any, Any]) -> OperatorConfig:
     profiles: list[FabricProfile] = [p for _, store in fabric_index.items() for p in store]
     crs = tuple(sorted(profiles, key=lambda p: p.name))
@@ -197,11 +217,20 @@ class Indexes:
     pod: kopf.Index[Any, Any]
     job: kopf.Index[Any, Any]
     fabric: kopf.Index[Any, Any]
+    queue: kopf.Index[Any, Any]
+    namespace: kopf.Index[Any, Any]
+    priority: kopf.Index[Any, Any]
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> Indexes:
         return cls(
-            kwargs["node_index"], kwargs["pod_index"], kwargs["job_index"], kwargs["fabric_index"]
+            kwargs["node_index"],
+            kwargs["pod_index"],
+            kwargs["job_index"],
+            kwargs["fabric_index"],
+            kwargs["queue_index"],
+            kwargs["namespace_index"],
+            kwargs["priority_index"],
         )
 
 
@@ -276,9 +305,89 @@ async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], idx: Index
         return build_snapshot(_values(idx.node), all_pods, levels=config.topology_levels)
 
     now = datetime.now(UTC).replace(tzinfo=None)
-    acts = reconcile(body, mine, snapshot, config, now)
+    admission = ADMIT_ALL
+    live = [p for p in mine if not p["metadata"].get("deletionTimestamp")]
+    if not live:  # the queue decides whether a pod-less job may start a gang
+        result = _admission_pass(now, idx, all_pods, snapshot(), config)
+        decision = result.decisions.jobs.get(f"{ns}/{name}")
+        if decision is not None:
+            plan = decision.placement.placement if decision.placement is not None else None
+            admission = Admission(
+                admitted=decision.action == "Admit",
+                reason=decision.reason,
+                message=decision.message,
+                position=decision.position,
+                plan=plan if isinstance(plan, Plan) else None,
+            )
+        await _apply_pass(result, idx, now)
+    acts = reconcile(body, mine, snapshot, config, now, admission)
     await _apply(ns, name, body, acts)
     return acts
+
+
+def _admission_pass(
+    now: datetime,
+    idx: Indexes,
+    all_pods: list[dict[str, Any]],
+    snapshot: Snapshot,
+    config: OperatorConfig,
+) -> PassResult:
+    bodies = [
+        _current_body(key, idx.job) or body for key, store in idx.job.items() for body in store
+    ]
+    priorities = {name: value for name, store in idx.priority.items() for value in store}
+    labels = {name: lab for name, store in idx.namespace.items() for lab in store}
+    return admission_pass(
+        now,
+        bodies,
+        job_pods_by_key(all_pods, bodies),
+        _values(idx.queue),
+        labels,
+        priorities,
+        snapshot,
+        config,
+    )
+
+
+async def _apply_pass(result: PassResult, idx: Indexes, now: datetime) -> None:
+    """Evict preemption victims and publish queue usage (status + metrics)."""
+    api = Runtime.api
+    assert api is not None
+    for key, decision in sorted(result.decisions.jobs.items()):
+        if decision.action != "Preempt":
+            continue
+        ns, name = key.split("/", 1)
+        victim = _current_body((ns, name), idx.job)
+        if victim is None:
+            continue
+        pods = _job_pods((ns, name), victim, _values(idx.pod))
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        already = any(
+            cd.get("type") == "Preempted" and cd.get("status") == "True"
+            for cd in (victim.get("status") or {}).get("conditions") or []
+        )
+        if not already:  # one status change, Event and count per eviction
+            status = preempted_status(victim, decision.reason, decision.message, now)
+            written = await asyncio.to_thread(
+                api.patch_job_status, ns, name, status, victim.get("status") or {}
+            )
+            if written is not None:
+                Runtime.written[(ns, name)] = written
+            metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
+            kopf.event(victim, type="Warning", reason="Preempted", message=decision.message[:1000])
+        for pod in live:
+            await asyncio.to_thread(api.delete_pod, ns, pod["metadata"]["name"])
+    for qname, usage in result.decisions.usage.items():
+        status = usage.to_status()
+        for group in status.get("usage", []):
+            for kind in ("quota", "used", "borrowed", "pending"):
+                metrics.QUEUE_GPUS.labels(qname, group["name"], kind).set(group.get(kind, 0))
+        stored = next(iter(idx.queue.get(qname, [])), None)
+        if stored is None or Runtime.queue_status.get(qname) == status:
+            continue
+        if (stored.get("status") or {}) != status:
+            await asyncio.to_thread(api.patch_queue_status, qname, status)
+        Runtime.queue_status[qname] = status
 
 
 async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
@@ -331,6 +440,20 @@ async def on_pod_event(labels: Mapping[str, str], namespace: str, **kwargs: Any)
 async def resync(namespace: str, name: str, **kwargs: Any) -> None:
     """Level-based safety net: every job is looked at again even if no event arrives."""
     await reconcile_job((namespace, name), Indexes.of(kwargs))
+
+
+@kopf.timer(QUEUES, interval=15.0, sharp=False)
+async def queue_resync(name: str, **kwargs: Any) -> None:
+    """Keep TrainingQueue status and queue metrics current while no job needs planning."""
+    idx = Indexes.of(kwargs)
+    assert Runtime.placement_lock is not None
+    async with Runtime.placement_lock:
+        config = _config_with_profiles(idx.fabric)
+        all_pods = _pods_with_inflight(idx.pod)
+        snap = build_snapshot(_values(idx.node), all_pods, levels=config.topology_levels)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        result = _admission_pass(now, idx, all_pods, snap, config)
+        await _apply_pass(result, idx, now)
 
 
 @kopf.on.delete(JOBS)

@@ -94,6 +94,15 @@ class KubeApi:
                 return None
             raise
 
+    def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(
+                c.GROUP, c.VERSION, "trainingqueues", name, {"status": dict(status)}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def delete_job(self, namespace: str, name: str) -> None:
         try:
             self.custom.delete_namespaced_custom_object(

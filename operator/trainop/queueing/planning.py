@@ -64,7 +64,9 @@ class PlannerPlacer:
             if not body["spec"]["placement"]["gpuProducts"]:
                 return Unfit(INCOMPATIBLE, "the job allows none of the group's GPU products")
         try:
-            result = plan_job(body, snapshot, self.config)
+            # Pods carry the gang generation; a restarted job's new gang must match it.
+            generation = int((body.get("status") or {}).get("restartCount") or 0)
+            result = plan_job(body, snapshot, self.config, gang_generation=generation)
         except InvalidJob as exc:
             # e.g. no image of the framework runs on this group's GPUs: another group may do.
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")

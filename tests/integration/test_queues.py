@@ -1,0 +1,129 @@
+"""Two tenants contend for H100s through TrainingQueues: quota holds, borrowing, reclaim preemption."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Kube
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def _queue(name: str, namespace: str, gpus: int, cohort: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaces": [namespace],
+            "default": True,
+            "cohort": cohort,
+            "quotas": [{"name": "h100", "products": [H100], "gpus": gpus}],
+            "policy": {"allowedFrameworks": ["pytorch"]},
+        },
+    }
+
+
+def _job(namespace: str, name: str, replicas: int, **template_spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "framework": {"name": "pytorch", "version": "2.4"},
+            "cuda": "12.4",
+            "replicaSpecs": {"Worker": {"replicas": replicas, "gpus": 8,
+                                        "template": {"spec": {"containers": [{"name": "trainer"}], **template_spec}}}},
+            "placement": {"topology": "block", "mode": "Preferred", "gpuProducts": [H100]},
+        },
+    }  # fmt: skip
+
+
+def _status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    return dict((kube.get("trainingjob", name, "-n", ns).get("status")) or {})
+
+
+def _running_pods(kube: Kube, ns: str, name: str) -> int:
+    pods = kube.get("pods", "-n", ns, "-l", f"trainop.dev/job-name={name}")["items"]
+    return sum(
+        1
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+@pytest.fixture
+def tenants(kube: Kube, request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    suffix = f"{request.node.name.split('_')[-1][:6]}-{uuid.uuid4().hex[:4]}"  # unique per run
+    a, b = f"alpha-{suffix}", f"beta-{suffix}"
+
+    # The H100s must be free of earlier tests' pods (their namespaces are being deleted).
+    def h100_free() -> bool:
+        pods = kube.get("pods", "-A")["items"]
+        return not any((p["spec"].get("nodeName") or "").startswith("h100-") and
+                       p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods)  # fmt: skip
+
+    kube.wait_for("H100 nodes free", h100_free, timeout=90)
+    for ns in (a, b):
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kube.apply([_queue(a, a, 64, f"pool-{suffix}"), _queue(b, b, 64, f"pool-{suffix}")])
+    yield a, b
+    for ns in (a, b):
+        kube.run("delete", "namespace", ns, "--wait=false", check=False)
+        kube.run("delete", "trainingqueue", ns, "--wait=false", check=False)
+
+
+def test_quota_borrowing_and_reclaim_preemption(kube: Kube, tenants: tuple[str, str]) -> None:
+    a, b = tenants
+    # alpha: 64 GPUs within its quota, then 32 more borrowed from beta's idle quota.
+    kube.apply(_job(a, "a-big", 8))
+    kube.wait_for("a-big running", lambda: _running_pods(kube, a, "a-big") == 8, timeout=60)
+    kube.apply(_job(a, "a-borrow", 4))
+    kube.wait_for("a-borrow running", lambda: _running_pods(kube, a, "a-borrow") == 4, timeout=60)
+    usage = kube.wait_for(
+        "queue status shows borrowing",
+        lambda: next((u for u in (kube.get("trainingqueue", a).get("status") or {}).get("usage", [])
+                      if u["name"] == "h100" and u["borrowed"] == 32), None),
+        timeout=40,
+    )  # fmt: skip
+    assert usage["quota"] == 64 and usage["used"] == 96
+
+    # Quota holds: alpha cannot borrow more than beta leaves idle (cohort has 32 idle; 5x8 > 32).
+    kube.apply(_job(a, "a-more", 5))
+    st = kube.wait_for(
+        "a-more waits on quota",
+        lambda: (s := _status(kube, a, "a-more")).get("pendingReason") == "Quota" and s,
+        timeout=40,
+    )
+    assert st["phase"] == "Queued" and "borrow" in st["pendingMessage"]
+    kube.run("delete", "trainingjob", "a-more", "-n", a)
+
+    # beta claims its nominal quota back: the borrowing gang is preempted (whole gang).
+    kube.apply(_job(b, "b-claim", 8))
+    kube.wait_for("b-claim running", lambda: _running_pods(kube, b, "b-claim") == 8, timeout=90)
+    victim = _status(kube, a, "a-borrow")
+    preempted = next(c for c in victim["conditions"] if c["type"] == "Preempted")
+    assert preempted["status"] == "True" and preempted["reason"] == "Reclaim"
+    assert victim.get("restartCount", 0) == 0, "a preemption does not consume backoffLimit"
+    assert _running_pods(kube, a, "a-borrow") == 0
+    assert _running_pods(kube, a, "a-big") == 8, "jobs within quota are never reclaimed"
+    assert any(e["reason"] == "Preempted" for e in kube.events_for(a, "a-borrow"))
+
+
+def test_policy_violation_is_refused_not_altered(kube: Kube, tenants: tuple[str, str]) -> None:
+    a, _ = tenants
+    kube.apply(_job(a, "rooted", 1, hostNetwork=True))
+    st = kube.wait_for(
+        "Invalid",
+        lambda: (s := _status(kube, a, "rooted")).get("phase") == "Invalid" and s,
+        timeout=40,
+    )
+    cond = next(c for c in st["conditions"] if c["type"] == "Invalid")
+    assert cond["reason"] == "PolicyViolation" and "hostNetwork" in cond["message"]
+    assert not kube.get("pods", "-n", a, "-l", "trainop.dev/job-name=rooted")["items"]
