@@ -13,6 +13,7 @@ The shape, every key optional:
     compatAffinity: true
     restartBackoffSeconds: 10
     restartBackoffMaxSeconds: 300
+    externalQueue: none          # none | kueue (see docs/queues.md)
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -30,7 +31,7 @@ from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
 from trainop.catalog import CatalogError, load_catalog
-from trainop.planner import OperatorConfig
+from trainop.planner import EXTERNAL_QUEUES, OperatorConfig
 from trainop.yamlio import YamlInputError, load_yaml_documents
 
 __all__ = ["ConfigError", "load_operator_config", "operator_config_from_data"]
@@ -42,6 +43,7 @@ _KEYS = (
     "compatAffinity",
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
+    "externalQueue",
 )
 
 
@@ -135,6 +137,12 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
     ):
         if key in data:
             kwargs[attr] = _number(key, data[key])
+    if "externalQueue" in data:
+        if data["externalQueue"] not in EXTERNAL_QUEUES:
+            raise ConfigError(
+                f"externalQueue: must be one of {', '.join(EXTERNAL_QUEUES)}, got {data['externalQueue']!r}"
+            )
+        kwargs["external_queue"] = data["externalQueue"]
     return OperatorConfig(**kwargs)
 
 

@@ -45,6 +45,17 @@ class OperatorConfig:
     compat_affinity: bool = True
     restart_backoff_seconds: float = 10.0
     restart_backoff_max_seconds: float = 300.0
+    # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
+    # aside; trainop still places, wires and releases the pods. See docs/queues.md.
+    external_queue: str = "none"
+
+
+EXTERNAL_QUEUES = ("none", "kueue")
+
+# Kueue plain-pod groups (kueue.sigs.k8s.io, "Run plain Pods as a group").
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 
 
 class InvalidJob(Exception):
@@ -331,6 +342,12 @@ def build_plan(
                 config_map=cm_name,
             )
         )
+    if config.external_queue == "kueue":
+        for pod in pods:  # one Kueue workload for the whole gang
+            pod["metadata"]["labels"][KUEUE_GROUP_LABEL] = ref.name
+            pod["metadata"]["annotations"][KUEUE_GROUP_COUNT] = str(len(pods))
+            if spec.queue:
+                pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = spec.queue
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
         image=choice,

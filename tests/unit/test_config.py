@@ -115,3 +115,34 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_fabric_profiles_null_means_none() -> None:
     assert operator_config_from_data({"fabricProfiles": None}).fabric_profiles == ()
+
+
+def test_external_queue_kueue_labels_the_gang_as_one_pod_group() -> None:
+    import yaml
+
+    from trainop.cluster.fleet import load_fleet, node_manifests
+    from trainop.config import operator_config_from_data
+    from trainop.inventory import build_snapshot
+    from trainop.planner import Plan, plan_job
+
+    config = operator_config_from_data({"externalQueue": "kueue"})
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    body = yaml.safe_load((root / "examples" / "pytorch-ddp.yaml").read_text())
+    body["spec"]["queue"] = "team-a"
+    plan = plan_job(body, build_snapshot(node_manifests(load_fleet())), config)
+    assert isinstance(plan, Plan)
+    for pod in plan.pods:
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "bert"
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+
+
+def test_external_queue_rejects_unknown_values() -> None:
+    import pytest
+
+    from trainop.config import ConfigError, operator_config_from_data
+
+    with pytest.raises(ConfigError, match="externalQueue: must be one of none, kueue"):
+        operator_config_from_data({"externalQueue": "slurm"})

@@ -307,7 +307,7 @@ async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], idx: Index
     now = datetime.now(UTC).replace(tzinfo=None)
     admission = ADMIT_ALL
     live = [p for p in mine if not p["metadata"].get("deletionTimestamp")]
-    if not live:  # the queue decides whether a pod-less job may start a gang
+    if not live and config.external_queue == "none":  # our queues decide on a new gang
         result = _admission_pass(now, idx, all_pods, snapshot(), config)
         decision = result.decisions.jobs.get(f"{ns}/{name}")
         if decision is not None:
