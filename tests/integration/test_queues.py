@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Kube
+from trainop.inventory.pods import is_terminated, pod_binding
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -65,9 +66,12 @@ def tenants(kube: Kube, request: pytest.FixtureRequest) -> Iterator[tuple[str, s
 
     # The H100s must be free of earlier tests' pods (their namespaces are being deleted).
     def h100_free() -> bool:
+        # Bound or only pinned (gated): both hold GPUs in the operator's inventory.
         pods = kube.get("pods", "-A")["items"]
-        return not any((p["spec"].get("nodeName") or "").startswith("h100-") and
-                       p["status"].get("phase") not in ("Succeeded", "Failed") for p in pods)  # fmt: skip
+        return not any(
+            (b := pod_binding(p)) is not None and b[1].startswith("h100-") and not is_terminated(p)
+            for p in pods
+        )  # fmt: skip
 
     kube.wait_for("H100 nodes free", h100_free, timeout=90)
     for ns in (a, b):
@@ -83,7 +87,10 @@ def test_quota_borrowing_and_reclaim_preemption(kube: Kube, tenants: tuple[str, 
     a, b = tenants
     # alpha: 64 GPUs within its quota, then 32 more borrowed from beta's idle quota.
     kube.apply(_job(a, "a-big", 8))
-    kube.wait_for("a-big running", lambda: _running_pods(kube, a, "a-big") == 8, timeout=60)
+    try:
+        kube.wait_for("a-big running", lambda: _running_pods(kube, a, "a-big") == 8, timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; a-big status: {_status(kube, a, 'a-big')}") from None
     kube.apply(_job(a, "a-borrow", 4))
     kube.wait_for("a-borrow running", lambda: _running_pods(kube, a, "a-borrow") == 4, timeout=60)
     usage = kube.wait_for(

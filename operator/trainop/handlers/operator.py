@@ -400,8 +400,9 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
         await asyncio.to_thread(api.create, secret)
     for obj in acts.create:
-        await asyncio.to_thread(api.create, obj)
-        if obj["kind"] == "Pod":
+        created = await asyncio.to_thread(api.create, obj)
+        # Reserve its GPUs until the index shows it; a pod never created reserves nothing.
+        if obj["kind"] == "Pod" and created is not None:
             Runtime.inflight[(ns, obj["metadata"]["name"])] = obj
     for pod in acts.ungate:
         await asyncio.to_thread(api.ungate_pod, ns, pod, acts.keep_gates.get(pod, []))

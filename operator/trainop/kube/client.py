@@ -31,8 +31,9 @@ class KubeApi:
         self.core = client.CoreV1Api()
         self.custom = client.CustomObjectsApi()
 
-    def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create; False when it already exists (409), so replays never duplicate."""
+    def create(self, obj: Mapping[str, Any]) -> bool | None:
+        """Create; False when it already exists (409), so replays never duplicate; None when
+        it was not created at all (its namespace is being deleted)."""
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
         creator: Any = {
@@ -55,7 +56,7 @@ class KubeApi:
                     ns,
                     obj["metadata"]["name"],
                 )
-                return False
+                return None
             raise
 
     def delete_pod(self, namespace: str, name: str) -> None:
