@@ -32,6 +32,7 @@ say "apply the examples"
 for ns in team-nlp team-vision team-speech team-recsys; do
   kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 done
+kubectl apply -f examples/queues.yaml
 for f in examples/*.yaml; do
   grep -q '^kind: TrainingJob' "$f" && kubectl apply -f "$f"
 done
@@ -44,6 +45,9 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 kubectl get trainingjobs -A
+say "tenant queues (quota / used / borrowed per product group)"
+kubectl get trainingqueues
+kubectl get trainingqueues -o custom-columns='QUEUE:.metadata.name,USAGE:.status.usage'
 say "where the pods landed (rank order follows the topology)"
 kubectl get pods -A -l trainop.dev/job-name -o wide \
   -L trainop.dev/rank --sort-by=.metadata.name | cut -c1-150

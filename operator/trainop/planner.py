@@ -210,7 +210,18 @@ def _incompatible(
 def gang_request(
     spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None
 ) -> GangRequest:
-    groups = tuple(GroupRequest(role, r.replicas, r.gpus) for role, r in spec.replica_specs.items())
+    # Ranks run across GPU groups in group order: the framework's collective roles first
+    # (in its order, e.g. Chief before Worker), then any other GPU role (an evaluator), so
+    # rank 0 is never a side role whatever order the spec lists roles in.
+    ranked = frameworks.get(spec.framework.name).ranked
+    order = sorted(
+        spec.replica_specs,
+        key=lambda role: (ranked.index(role) if role in ranked else len(ranked), role),
+    )
+    groups = tuple(
+        GroupRequest(role, spec.replica_specs[role].replicas, spec.replica_specs[role].gpus)
+        for role in order
+    )
     return GangRequest(
         job=name,
         groups=groups,
