@@ -8,17 +8,6 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-PHASES = (
-    "Queued",
-    "Admitted",
-    "Running",
-    "Restarting",
-    "Succeeded",
-    "Failed",
-    "Suspended",
-    "Invalid",
-)
-
 JOBS = Gauge(
     "trainop_jobs",
     "TrainingJobs by phase (Queued|Admitted|Running|Restarting|Succeeded|Failed|Suspended|Invalid), "

@@ -249,6 +249,7 @@ def resolve_image(
     cond = f"shipping {what}" + (f" with CUDA >= {'.'.join(map(str, want))}" if want else "")
     newest_first = list(reversed(candidates))
     chosen = newest_first[0]
+    which = "newest"
     tail = "."
     if fleet:
         nodes = set(fleet)  # GpuFacts is frozen: identical nodes are checked once
@@ -266,16 +267,8 @@ def resolve_image(
             # Nothing runs anywhere: report against the oldest match, whose needs are the
             # lowest, so the wait message names the real obstacle (e.g. an old driver)
             # rather than a newer release's extra requirements.
-            chosen = candidates[0]
-            head = f"NGC {chosen.name} ({fw} {chosen.version_of(fw)}, CUDA {chosen.cuda_text})"
-            return ImageChoice(
-                image=spec.image_for(chosen),
-                release=chosen,
-                cuda=chosen.cuda_mm,
-                framework_version=chosen.version_of(fw),
-                reason=f"{head} is the oldest release {cond}; no node of the fleet can run "
-                "it or any newer match.",
-            )
+            chosen, which = candidates[0], "oldest"
+            tail = "; no node of the fleet can run it or any newer match."
         elif runnable is not chosen:
             tail = f" that a node of the fleet can run; newer {chosen.name} runs on none."
             chosen = runnable
@@ -287,5 +280,5 @@ def resolve_image(
         release=chosen,
         cuda=chosen.cuda_mm,
         framework_version=chosen.version_of(fw),
-        reason=f"{head} is the newest release {cond}{tail}",
+        reason=f"{head} is the {which} release {cond}{tail}",
     )
