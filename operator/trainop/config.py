@@ -14,6 +14,7 @@ The shape, every key optional:
     restartBackoffSeconds: 10
     restartBackoffMaxSeconds: 300
     externalQueue: none          # none | kueue (see docs/queues.md)
+    dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -31,6 +32,7 @@ from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
 from trainop.catalog import CatalogError, load_catalog
+from trainop.dra import DraConfig
 from trainop.planner import EXTERNAL_QUEUES, OperatorConfig
 from trainop.yamlio import YamlInputError, load_yaml_documents
 
@@ -44,6 +46,7 @@ _KEYS = (
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
     "externalQueue",
+    "dra",
 )
 
 
@@ -143,7 +146,30 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
                 f"externalQueue: must be one of {', '.join(EXTERNAL_QUEUES)}, got {data['externalQueue']!r}"
             )
         kwargs["external_queue"] = data["externalQueue"]
+    if data.get("dra") is not None:
+        kwargs["dra"] = _dra(data["dra"])
     return OperatorConfig(**kwargs)
+
+
+def _dra(value: Any) -> DraConfig:
+    if not isinstance(value, Mapping):
+        raise ConfigError("dra: must be a mapping with enabled, gpuDeviceClass, nicDeviceClass")
+    unknown = sorted(set(value) - {"enabled", "gpuDeviceClass", "nicDeviceClass"})
+    if unknown:
+        raise ConfigError(
+            f"dra.{unknown[0]}: unknown key; known keys: enabled, gpuDeviceClass, nicDeviceClass"
+        )
+    if not isinstance(value.get("enabled", False), bool):
+        raise ConfigError(f"dra.enabled: must be true or false, got {value['enabled']!r}")
+    for key in ("gpuDeviceClass", "nicDeviceClass"):
+        if key in value and not (isinstance(value[key], str) and value[key]):
+            raise ConfigError(f"dra.{key}: must be a DeviceClass name")
+    defaults = DraConfig()
+    return DraConfig(
+        enabled=value.get("enabled", False),
+        gpu_device_class=value.get("gpuDeviceClass", defaults.gpu_device_class),
+        nic_device_class=value.get("nicDeviceClass", defaults.nic_device_class),
+    )
 
 
 def load_operator_config(path: str | Path) -> OperatorConfig:

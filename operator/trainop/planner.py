@@ -28,6 +28,7 @@ from trainop.catalog import (
     resolve_image,
     summarize_incompatible,
 )
+from trainop.dra import DraConfig, claim_template, use_claim
 from trainop.inventory import NodeInfo, Snapshot
 from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
@@ -48,6 +49,7 @@ class OperatorConfig:
     # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"
+    dra: DraConfig = field(default_factory=DraConfig)
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
@@ -87,12 +89,14 @@ class Plan:
     service: dict[str, Any]
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
+    claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
 
     @property
     def objects(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [self.service]
         if self.config_map:
             out.append(self.config_map)
+        out.extend(self.claim_templates)
         out.extend(self.pods)
         return out
 
@@ -353,6 +357,15 @@ def build_plan(
                 config_map=cm_name,
             )
         )
+    claim_templates: list[dict[str, Any]] = []
+    if config.dra.enabled:  # one template per GPU role; pods then hold GPUs/NICs by claim
+        for role in sorted({a.role for a in placement.assignments if a.gpus}):
+            gpus = spec.replica_specs[role].gpus
+            claim_templates.append(claim_template(ref, role, gpus, config.dra))
+            pods = [
+                use_claim(p, ref.name, role, gpus) if _role_label(p) == role.lower() else p
+                for p in pods
+            ]
     if config.external_queue == "kueue":
         for pod in pods:  # one Kueue workload for the whole gang
             pod["metadata"]["labels"][KUEUE_GROUP_LABEL] = ref.name
@@ -361,6 +374,7 @@ def build_plan(
                 pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = spec.queue
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
+        claim_templates=tuple(claim_templates),
         image=choice,
         placement=placement,
         pods=tuple(pods),
@@ -368,6 +382,10 @@ def build_plan(
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _role_label(pod: Mapping[str, Any]) -> str:
+    return str(pod["metadata"]["labels"].get(c.LABEL_REPLICA_TYPE, ""))
 
 
 def success_roles(spec: TrainingJobSpec) -> tuple[str, ...]:

@@ -207,3 +207,25 @@ def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
     assert "Phase:      Queued" in out.stdout
     assert "Waiting:    NoFit" in out.stdout
     assert "needs 12 x 8 GPUs" in out.stdout
+
+
+def test_dra_mode_objects_are_accepted_by_the_apiserver(kube: Kube, namespace: str) -> None:
+    """DRA mode (optional): the ResourceClaimTemplate and the pods that use it validate on the
+    real apiserver (resource.k8s.io/v1); no DRA driver runs here, so nothing is scheduled."""
+    from trainop.config import operator_config_from_data
+    from trainop.inventory import build_snapshot
+    from trainop.planner import Plan, plan_job
+
+    config = operator_config_from_data({"dra": {"enabled": True}})
+    job = _load("pytorch-ddp.yaml", namespace)
+    plan = plan_job(job, build_snapshot(kube.get("nodes")["items"]), config)
+    assert isinstance(plan, Plan)
+    (template,) = plan.claim_templates
+    constraints = template["spec"]["spec"]["devices"]["constraints"]
+    assert len(constraints) == 8
+    assert all(c["matchAttribute"] == "resource.kubernetes.io/pcieRoot" for c in constraints)
+    pod = plan.pods[0]
+    assert "nvidia.com/gpu" not in pod["spec"]["containers"][0]["resources"].get("limits", {})
+    for obj in (template, pod):
+        proc = kube.apply(obj, "--dry-run=server", check=False)
+        assert proc.returncode == 0, proc.stderr

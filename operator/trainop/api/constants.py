@@ -76,3 +76,7 @@ ANNOTATION_RANK = "trainop.dev/rank"
 # Where the `<job>-config` ConfigMap (framework files such as the MPI hostfile) is mounted.
 CONFIG_MOUNT_PATH = "/etc/trainop"
 ANNOTATION_FABRIC_PROFILE = "trainop.dev/fabric-profile"  # the FabricProfile that tuned the pod
+# DRA mode: GPUs a pod holds through its ResourceClaims (the inventory counts these).
+ANNOTATION_DRA_GPUS = "trainop.dev/dra-gpus"
+# DRA attribute that ties a GPU to the NIC under the same PCIe root (KEP-4381 standard attribute).
+DRA_PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"

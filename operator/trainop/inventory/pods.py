@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainop.api.constants import LABEL_HOSTNAME, RESOURCE_GPU
+from trainop.api.constants import ANNOTATION_DRA_GPUS, LABEL_HOSTNAME, RESOURCE_GPU
 from trainop.inventory.quantity import parse_count
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -62,7 +62,13 @@ def pod_request(pod: Mapping[str, Any], resource: str = RESOURCE_GPU) -> int:
             init_peak = max(init_peak, sidecars + amount)
     overhead = spec.get("overhead") or {}
     extra = parse_count(overhead[resource], round_up=True, default=0) if resource in overhead else 0
-    return max(app + sidecars, init_peak) + extra
+    total = max(app + sidecars, init_peak) + extra
+    if total == 0 and resource == RESOURCE_GPU and spec.get("resourceClaims"):
+        # DRA mode: GPUs come from ResourceClaims, not the extended resource; trainop's pods
+        # state how many they hold so the inventory still counts them.
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        total = parse_count(annotations.get(ANNOTATION_DRA_GPUS, "0"), default=0)
+    return total
 
 
 def _single(values: Any) -> str | None:

@@ -36,6 +36,17 @@ class KubeApi:
         it was not created at all (its namespace is being deleted)."""
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
+        if kind == "ResourceClaimTemplate":  # DRA mode: resource.k8s.io/v1, by URL
+            group, version = obj["apiVersion"].split("/")
+            try:
+                self.custom.create_namespaced_custom_object(
+                    group, version, ns, "resourceclaimtemplates", dict(obj)
+                )
+                return True
+            except ApiException as exc:
+                if exc.status == 409:
+                    return False
+                raise
         creator: Any = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
