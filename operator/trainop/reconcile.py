@@ -395,7 +395,12 @@ def reconcile(
         ]
         succeeded = bool(rank0) and _phase(rank0[0]) == "Succeeded"
     else:
-        needed = [n for n in expected if _role_name(n, name, spec) in roles]
+        needed = [
+            pod_name(name, role, i)
+            for role in roles
+            if role in spec.replica_specs
+            for i in range(spec.replica_specs[role].replicas)
+        ]
         succeeded = bool(needed) and all(
             n in by_name and _phase(by_name[n]) == "Succeeded" for n in needed
         )
@@ -473,14 +478,6 @@ def reconcile(
         )
         return finish(requeue=1.0)
     return finish(requeue=2.0)
-
-
-def _role_name(pod: str, job: str, spec: TrainingJobSpec) -> str | None:
-    rest = pod[len(job) + 1 :]
-    for role in spec.replica_specs:
-        if rest.startswith(role.lower() + "-"):
-            return role
-    return None
 
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:

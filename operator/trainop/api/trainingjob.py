@@ -25,20 +25,7 @@ Phase = Literal[
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
-# Condition types, one per lifecycle fact (status True/False), as in DESIGN.md's phases
-# plus Preempted (queueing) and Invalid.
-CONDITION_TYPES = (
-    "Created",
-    "Queued",
-    "Admitted",
-    "Running",
-    "Restarting",
-    "Succeeded",
-    "Failed",
-    "Suspended",
-    "Invalid",
-    "Preempted",
-)
+# Conditions: one per phase, plus Preempted (set by the queue on eviction).
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
