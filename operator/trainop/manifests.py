@@ -104,6 +104,14 @@ def _merge_resources(container: dict[str, Any], extra: Mapping[str, int]) -> Non
             bucket[name] = str(count)
 
 
+def _copy_expr(expr: Mapping[str, Any]) -> dict[str, Any]:
+    """A node-selector requirement copied (key, operator, values): cheaper than deepcopy."""
+    out = dict(expr)
+    if "values" in out:
+        out["values"] = list(out["values"])
+    return out
+
+
 def _pin_terms(node: str | None, compat: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """nodeSelectorTerms: the pin AND-ed into every compatibility term (terms are OR-ed)."""
     pin = [{"key": c.LABEL_HOSTNAME, "operator": "In", "values": [node]}] if node else []
@@ -113,7 +121,7 @@ def _pin_terms(node: str | None, compat: Sequence[Mapping[str, Any]]) -> list[di
     for term in compat:
         # A fresh pin per term: a shared dict would alias across terms (YAML anchors, and
         # editing one term's pin would silently edit them all).
-        exprs = [*copy.deepcopy(pin), *copy.deepcopy(list(term.get("matchExpressions", [])))]
+        exprs = [_copy_expr(e) for e in (*pin, *term.get("matchExpressions", []))]
         terms.append({"matchExpressions": exprs})
     return terms
 

@@ -50,6 +50,9 @@ class OperatorConfig:
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"
     dra: DraConfig = field(default_factory=DraConfig)
+    # Node verdicts per (node class, image, request): see `_node_verdict`. Owned by this
+    # config, so a new config (new catalog or profiles) starts with an empty memo.
+    memo: dict[Any, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
@@ -166,27 +169,57 @@ def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -
             spec.framework.version,
             spec.cuda,
             image=spec.image,
-            fleet=[n.gpu for n in snapshot.nodes if not products or n.gpu.product in products],
+            fleet=list(
+                {
+                    n.class_key: n.gpu
+                    for n in snapshot.nodes
+                    if not products or n.gpu.product in products
+                }.values()
+            ),
         )
     except ResolutionError as exc:
         raise InvalidJob(exc.field, exc.detail, reason="UnknownImage") from exc
 
 
-def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):
+_MEMO_LIMIT = 100_000  # verdicts kept per config before the memo starts over
+
+
+def _node_verdict(
+    spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig, node: NodeInfo
+) -> str | None:
+    """Why `node` cannot run this job's image (None: it can), worked out once per node class.
+
+    At cluster scale most nodes are alike (a 1,000-node fleet may be one class), and every
+    pending job of the same image asks the same question, so the verdict is memoised on
+    the node's class key; a node that changes gets a new class key and a fresh verdict.
+    Release and CUDA are keyed by identity: they belong to this config's catalog."""
     products = tuple(spec.placement.gpu_products)
+    key = (node.class_key, id(choice.release), choice.cuda, products, spec.network.fabric)
+    memo = config.memo
+    if key in memo:
+        return memo[key]
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    verdict = check_node(
+        config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
+    )
+    why = None if verdict.ok else verdict.reason
+    if why is None and spec.network.fabric != "Auto":
+        try:
+            select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
+        except FabricMismatch as exc:
+            why = str(exc)
+    memo[key] = why
+    return why
+
+
+def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):
+    local: dict[int, str | None] = {}  # this request's verdicts, by class
 
     def check(node: NodeInfo) -> str | None:
-        verdict = check_node(
-            config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
-        )
-        if not verdict.ok:
-            return verdict.reason
-        if spec.network.fabric != "Auto":
-            try:
-                select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
-            except FabricMismatch as exc:
-                return str(exc)
-        return None
+        if node.class_key not in local:
+            local[node.class_key] = _node_verdict(spec, choice, config, node)
+        return local[node.class_key]
 
     return check
 
@@ -197,7 +230,11 @@ def _incompatible(
     """Wait(Incompatible) when no node at all (free or busy) could run the image."""
     results = []
     products = tuple(spec.placement.gpu_products)
+    seen: set[int] = set()
     for node in snapshot.nodes:
+        if node.class_key in seen:
+            continue
+        seen.add(node.class_key)
         verdict = check_node(
             config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
         )

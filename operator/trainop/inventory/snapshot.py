@@ -38,6 +38,10 @@ _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 TopologyPath = tuple[tuple[str, str], ...]
 
+# Node class -> small int, so a class key is cheap to hash and compare. Interning is
+# deterministic per process and never reused for another class (see NodeInfo.class_key).
+_CLASS_IDS: dict[tuple[Any, ...], int] = {}
+
 
 @dataclass(frozen=True)
 class Taint:
@@ -67,10 +71,21 @@ class NodeInfo:
     images: frozenset[str]
     taints: tuple[Taint, ...]
     unschedulable_reason: str | None = None  # a short phrase when not schedulable, e.g. "cordoned"
+    # What makes nodes interchangeable for eligibility (GPU facts, labels other than topology
+    # and hostname, taints, GPU count): nodes of one class get the same compatibility verdict,
+    # so the planner works a verdict out once per class, not once per node (see planner).
+    class_key: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        per_node = {key for key, _ in self.topology} | {LABEL_HOSTNAME, LABEL_GPU_CLIQUE}
+        labels = frozenset((k, v) for k, v in self.labels.items() if k not in per_node)
+        gpu = replace(self.gpu, clique=None)
+        key = (gpu, labels, self.taints, self.gpus_allocatable, self.schedulable)
+        object.__setattr__(self, "class_key", _CLASS_IDS.setdefault(key, len(_CLASS_IDS)))
 
     def has_image(self, image: str | None) -> bool:
         """Whether the image is already pulled; tolerant of Docker Hub's implicit prefixes."""
-        if not image:
+        if not image or not self.images:
             return False
         return any(candidate in self.images for candidate in _image_aliases(image))
 

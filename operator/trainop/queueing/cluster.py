@@ -76,6 +76,97 @@ def _preempted_at(body: Mapping[str, Any]) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What one admission cycle reads besides the jobs: queues, namespaces, priorities."""
+
+    queues: tuple[QueueState, ...]
+    queue_errors: tuple[str, ...]
+    namespace_labels: Mapping[str, Mapping[str, str]]
+    priorities: Mapping[str, int]
+
+
+def cycle_inputs(
+    queue_objects: Sequence[Mapping[str, Any]],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    priorities: Mapping[str, int],
+) -> Inputs:
+    queues: list[QueueState] = []
+    errors: list[str] = []
+    for obj in queue_objects:
+        try:
+            queues.append(QueueState.from_resource(obj))
+        except QueueConfigError as exc:
+            errors.append(str(exc))
+    return Inputs(tuple(queues), tuple(errors), namespace_labels, priorities)
+
+
+def intake(
+    body: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    inputs: Inputs,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+    now: datetime,
+    assumed: tuple[tuple[str, int], ...] = (),
+) -> QueuedJob | None:
+    """One TrainingJob as a queued workload (None: not in line: finished, deleting,
+    suspended or invalid, which the reconcile reports). `assumed`: GPUs per node the
+    admission cycle gave the job whose pods the watch has not shown yet; such a job
+    counts as admitted, so it is never admitted twice."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") in _OUT_OF_LINE:
+        return None
+    try:
+        spec = parse_spec(body)
+        check_semantics(spec)
+    except InvalidJob:
+        return None  # reconcile marks it Invalid
+    if spec.run_policy.suspend:
+        return None
+    ns = meta.get("namespace", "default")
+    held, product = _holding(pods, snapshot)
+    if not held and assumed:
+        held, product = assumed, _product_of(assumed, snapshot)
+    blocked_reason, blocked_message = None, ""
+    try:
+        queue = resolve_queue(ns, spec.queue, inputs.queues, inputs.namespace_labels.get(ns))
+    except QueueError as exc:
+        queue = None
+        blocked_reason, blocked_message = POLICY, str(exc)
+    if queue is not None and not held:
+        try:
+            violations = job_policy(spec, queue, snapshot, config)
+        except InvalidJob:
+            violations = ()  # no image at all: the planner reports it
+        if violations:
+            blocked_reason, blocked_message = POLICY, "; ".join(str(v) for v in violations)
+    status = body.get("status") or {}
+    return QueuedJob(
+        key=job_key(body),
+        queue=queue.name if queue is not None else (spec.queue or ""),
+        gpus=spec.total_gpus,
+        created=_ts(meta.get("creationTimestamp")) or now.timestamp(),
+        priority=inputs.priorities.get(spec.priority_class_name or "", 0),
+        products=tuple(spec.placement.gpu_products),
+        admitted=bool(held),
+        product=product if held else None,
+        nodes=held,
+        started=_ts(status.get("startTime")) if held else None,
+        queued_since=_preempted_at(body),
+        blocked_reason=blocked_reason,
+        blocked_message=blocked_message,
+    )
+
+
+def _product_of(held: tuple[tuple[str, int], ...], snapshot: Snapshot) -> str | None:
+    for name, _ in held:
+        node = snapshot.get(name)
+        if node is not None and node.gpu.product:
+            return node.gpu.product
+    return None
+
+
 def admission_pass(
     now: datetime,
     bodies: Sequence[Mapping[str, Any]],
@@ -85,68 +176,35 @@ def admission_pass(
     priorities: Mapping[str, int],
     snapshot: Snapshot,
     config: OperatorConfig,
+    assumed: Mapping[str, tuple[tuple[str, int], ...]] | None = None,
 ) -> PassResult:
-    queues: list[QueueState] = []
-    errors: list[str] = []
-    for obj in queue_objects:
-        try:
-            queues.append(QueueState.from_resource(obj))
-        except QueueConfigError as exc:
-            errors.append(str(exc))
+    """One admission cycle over every job (see `intake`) with the planner as placer."""
+    inputs = cycle_inputs(queue_objects, namespace_labels, priorities)
+    return decide(now, bodies, pods_by_job, inputs, snapshot, config, assumed or {})
+
+
+def decide(
+    now: datetime,
+    bodies: Sequence[Mapping[str, Any]],
+    pods_by_job: Mapping[str, Sequence[Mapping[str, Any]]],
+    inputs: Inputs,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+    assumed: Mapping[str, tuple[tuple[str, int], ...]],
+) -> PassResult:
     jobs: list[QueuedJob] = []
     by_key: dict[str, Mapping[str, Any]] = {}
-    queue_of: dict[str, str] = {}
     for body in bodies:
-        meta = body.get("metadata") or {}
-        if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") in _OUT_OF_LINE:
-            continue
-        try:
-            spec = parse_spec(body)
-            check_semantics(spec)
-        except InvalidJob:
-            continue  # reconcile marks it Invalid
-        if spec.run_policy.suspend:
-            continue
         key = job_key(body)
-        ns = meta.get("namespace", "default")
-        held, product = _holding(pods_by_job.get(key, ()), snapshot)
-        blocked_reason, blocked_message = None, ""
-        try:
-            queue = resolve_queue(ns, spec.queue, queues, namespace_labels.get(ns))
-        except QueueError as exc:
-            queue = None
-            blocked_reason, blocked_message = POLICY, str(exc)
-        if queue is not None and not held:
-            try:
-                violations = job_policy(spec, queue, snapshot, config)
-            except InvalidJob:
-                violations = ()  # no image at all: the planner reports it
-            if violations:
-                blocked_reason, blocked_message = POLICY, "; ".join(str(v) for v in violations)
-        qname = queue.name if queue is not None else (spec.queue or "")
-        queue_of[key] = qname
-        by_key[key] = body
-        created = _ts(meta.get("creationTimestamp")) or now.timestamp()
-        status = body.get("status") or {}
-        jobs.append(
-            QueuedJob(
-                key=key,
-                queue=qname,
-                gpus=spec.total_gpus,
-                created=created,
-                priority=priorities.get(spec.priority_class_name or "", 0),
-                products=tuple(spec.placement.gpu_products),
-                admitted=bool(held),
-                product=product if held else None,
-                nodes=held,
-                started=_ts(status.get("startTime")) if held else None,
-                queued_since=_preempted_at(body),
-                blocked_reason=blocked_reason,
-                blocked_message=blocked_message,
-            )
+        job = intake(
+            body, pods_by_job.get(key, ()), inputs, snapshot, config, now, assumed.get(key, ())
         )
-    decisions = admit(now.timestamp(), queues, jobs, snapshot, PlannerPlacer(by_key, config))
-    return PassResult(decisions, queue_of, tuple(errors), {j.key: j for j in jobs})
+        if job is not None:
+            jobs.append(job)
+            by_key[key] = body
+    decisions = admit(now.timestamp(), inputs.queues, jobs, snapshot, PlannerPlacer(by_key, config))
+    queue_of = {j.key: j.queue for j in jobs}
+    return PassResult(decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs})
 
 
 def job_pods_by_key(

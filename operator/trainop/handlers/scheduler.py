@@ -1,0 +1,214 @@
+"""The one admission loop: wakes on change, decides every pending gang, hands the verdicts on.
+
+Neighbours: `handlers.state.ShellState` is its input (caches kept current by the watch
+handlers) and where its output goes (decisions and assumed gangs); the pure
+`queueing.cluster.decide` makes the decisions with the planner as placer, exactly as
+`trainop simulate` does; `handlers.operator` gives it two callbacks: `reconcile(key)`, run
+for each job whose verdict changed, and `evict(decision)` for preemption victims, plus
+`publish(result)` for queue status.
+
+A cycle:
+  1. Waits for a wake-up (any change that can alter a decision; see ShellState.touch) or
+     for the next timed event (an assumption's expiry, a restart backoff ending, a
+     backfill threshold), then lets a burst of events settle for `debounce` seconds.
+  2. Takes the inputs from the state on the event loop (bodies are replaced, never
+     mutated, so these references stay valid), then runs the pure decision in a worker
+     thread so the watches keep flowing.
+  3. Records every admitted gang as assumed (its GPUs count as used from then on) and
+     stores each job's verdict; jobs whose verdict changed are reconciled.
+No decision is made before the state is synced (every watch listed in full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from trainop.handlers.state import Key, ShellState
+from trainop.inventory.pods import BY_NAME
+from trainop.planner import OperatorConfig, Plan
+from trainop.queueing.cluster import PassResult, cycle_inputs, decide
+from trainop.queueing.model import JobDecision, QueueState
+from trainop.reconcile import Admission, backoff_seconds, parse_time
+
+log = logging.getLogger("trainop.scheduler")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decision as the reconcile reads it, tied to the job generation it was made for."""
+
+    admission: Admission
+    uid: str | None
+    generation: int | None
+
+
+def key_of(job_key: str) -> Key:
+    ns, name = job_key.split("/", 1)
+    return (ns, name)
+
+
+def _backoff_left(body: Mapping[str, Any], config: OperatorConfig, now: datetime) -> float:
+    """Seconds until a restarting gang may be placed again (0: now)."""
+    status = body.get("status") or {}
+    last = parse_time(status.get("lastRestartTime"))
+    if status.get("phase") != "Restarting" or last is None:
+        return 0.0
+    restarts = int(status.get("restartCount") or 0)
+    return max(0.0, backoff_seconds(config, restarts) - (now - last).total_seconds())
+
+
+def plan_pods(plan: Plan) -> dict[str, tuple[str, str, int]]:
+    """Pod name -> (BY_NAME, node, GPUs) of a plan's pinned pods: what an assumption holds."""
+    out: dict[str, tuple[str, str, int]] = {}
+    by_index = {(a.role.lower(), a.index): a for a in plan.placement.assignments}
+    for pod in plan.pods:
+        labels = pod["metadata"]["labels"]
+        a = by_index.get((labels.get("trainop.dev/replica-type", ""), _int(labels)))
+        if a is not None and a.node is not None and a.gpus:
+            out[pod["metadata"]["name"]] = (BY_NAME, a.node, a.gpus)
+    return out
+
+
+def _int(labels: Mapping[str, str]) -> int:
+    try:
+        return int(labels.get("trainop.dev/replica-index", "-1"))
+    except ValueError:
+        return -1
+
+
+def _backfill_moments(
+    result: PassResult, queues: tuple[QueueState, ...], now: datetime, mono: float
+) -> list[float]:
+    """When a waiting job crosses its queue's backfillWaitSeconds: time alone changes the
+    decision then (its queue starts holding capacity for it), so the loop wakes up."""
+    thresholds = {q.name: q.backfill_wait_seconds for q in queues}
+    out = []
+    for decision in result.decisions.jobs.values():
+        job = result.jobs.get(decision.key)
+        limit = thresholds.get(decision.queue)
+        if decision.action != "Wait" or job is None or limit is None:
+            continue
+        left = job.waiting_since + limit - now.timestamp()
+        if left > 0:
+            out.append(mono + left + 0.1)
+    return out
+
+
+class AdmissionLoop:
+    """Owns the wake-up event and the cycle; one instance per operator process."""
+
+    def __init__(
+        self,
+        state: ShellState,
+        config: Callable[[], OperatorConfig],
+        reconcile: Callable[[Key], Awaitable[None]],
+        evict: Callable[[JobDecision, datetime], Awaitable[None]],
+        publish: Callable[[PassResult], Awaitable[None]],
+        debounce: float = 0.05,
+    ) -> None:
+        self.state = state
+        self.config = config
+        self.reconcile = reconcile
+        self.evict = evict
+        self.publish = publish
+        self.debounce = debounce
+        self.wake = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.cycles = 0
+        self.last_cycle_seconds = 0.0
+        state.on_change = self.wake.set
+
+    async def run(self) -> None:
+        next_at: float | None = None
+        while True:
+            timeout = None if next_at is None else max(0.0, next_at - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            await asyncio.sleep(self.debounce)
+            self.wake.clear()
+            if not self.state.synced:
+                next_at = None
+                continue
+            try:
+                next_at = await self.cycle()
+            except Exception:  # a bug in one cycle must not stop admission for good
+                log.exception("admission cycle failed; retrying in 5 s")
+                next_at = time.monotonic() + 5.0
+
+    async def cycle(self) -> float | None:
+        """One decision round; returns the monotonic time of the next timed wake-up."""
+        started = time.monotonic()
+        now = datetime.now(UTC).replace(tzinfo=None)
+        state, config = self.state, self.config()
+        state.expire(started)
+        later: list[float] = [a.expires for a in state.assumed.values()]
+        bodies, pods, assumed = [], {}, {}
+        for key in sorted(state.jobs):
+            body = state.job(key)
+            if body is None:
+                continue
+            wait = _backoff_left(body, config, now)
+            if wait > 0:
+                later.append(started + wait)
+                continue
+            job_key = f"{key[0]}/{key[1]}"
+            bodies.append(body)
+            pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
+            if key in state.assumed:
+                assumed[job_key] = state.assumed_holding(key)
+        inputs = cycle_inputs(
+            list(state.queues.values()), dict(state.namespaces), dict(state.priorities)
+        )
+        snapshot = state.snapshot()
+        result = await asyncio.to_thread(
+            decide, now, bodies, pods, inputs, snapshot, config, assumed
+        )
+        changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
+        for decision in result.decisions.jobs.values():
+            if decision.action == "Preempt":
+                await self.evict(decision, now)
+        await self.publish(result)
+        self.cycles += 1
+        self.last_cycle_seconds = time.monotonic() - started
+        for key in changed:
+            task = asyncio.ensure_future(self.reconcile(key))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        later.extend(_backfill_moments(result, inputs.queues, now, time.monotonic()))
+        return min(later) if later else None
+
+    def _record(self, result: PassResult, keys: Mapping[str, Key], now: float) -> list[Key]:
+        """Store verdicts and assume admitted gangs; return the jobs whose verdict changed."""
+        state = self.state
+        changed: list[Key] = []
+        for job_key, decision in result.decisions.jobs.items():
+            key = keys.get(job_key)
+            body = state.job(key) if key else None
+            if key is None or body is None or decision.action not in ("Admit", "Wait"):
+                continue
+            plan = decision.placement.placement if decision.placement is not None else None
+            admitted = decision.action == "Admit" and isinstance(plan, Plan)
+            admission = Admission(
+                admitted=admitted,
+                reason=decision.reason,
+                message=decision.message,
+                position=decision.position,
+                plan=plan if admitted else None,
+            )
+            meta = body["metadata"]
+            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"))
+            if admitted:
+                assert isinstance(plan, Plan)
+                state.assume(key, plan_pods(plan), now, plan)
+            old = state.decisions.get(key)
+            if old != verdict:
+                state.decisions[key] = verdict
+                changed.append(key)
+        return changed

@@ -1,0 +1,409 @@
+"""The operator shell's whole state in one explicit object: caches, assumed gangs, decisions.
+
+Neighbours: `handlers.operator` feeds it from kopf's watch events (index functions on
+upsert, event handlers on delete) and reads it in the job reconcile; `handlers.scheduler`
+runs the admission cycle over it. It never talks to the API server and never imports kopf,
+so its unit tests drive it with plain dicts.
+
+What it keeps, and how it stays current without rebuilding:
+- nodes: one parsed NodeInfo per node (re-parsed only when that node's event arrives);
+- pods: the slim pod dicts, the GPUs each live pod holds on which node, and pods per job;
+- jobs, queues, namespaces, PriorityClasses, FabricProfiles: the latest bodies;
+- assumed gangs: the placement the admission cycle gave a job, counted as used GPUs at
+  once, so the next decision of the same cycle, and every cycle until the pods show up in
+  the watch, sees them taken (Kueue's assume/forget). An assumption is forgotten when all
+  of the gang's pods are visible, when the create fails, when the job goes away, or after
+  `assume_ttl` seconds;
+- decisions: the cycle's latest verdict per pending job, which the reconcile carries out;
+- a revision counter bumped by every change that can alter a decision, and a wake-up
+  callback for the admission loop (so a waiting job is retried on change, never polled).
+
+The snapshot for a cycle is derived from the node cache and the per-node usage; it is
+rebuilt only when the revision moved, and reuses every NodeInfo whose usage did not change.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from trainop.api import constants as c
+from trainop.api.fabricprofile import FabricProfile
+from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
+from trainop.inventory.pods import BY_NAME
+
+Key = tuple[str, str]  # (namespace, name)
+
+_POD_META = (
+    "name",
+    "namespace",
+    "labels",
+    "annotations",
+    "deletionTimestamp",
+    "ownerReferences",
+    "uid",
+)
+_POD_SPEC = (
+    "nodeName",
+    "containers",
+    "initContainers",
+    "overhead",
+    "affinity",
+    "schedulingGates",
+    "nodeSelector",
+    "resourceClaims",  # DRA mode: without it a running pod's GPUs would look free
+)
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Pod the operator reads (GPU accounting, lifecycle), deep-copied."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return copy.deepcopy(
+        {
+            "metadata": {k: meta.get(k) for k in _POD_META},
+            "spec": {k: spec.get(k) for k in _POD_SPEC if spec.get(k) is not None},
+            "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
+        }
+    )
+
+
+def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Node placement reads: labels, taints, allocatable, conditions, images."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
+    return copy.deepcopy(
+        {
+            "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
+            "spec": {
+                "taints": spec.get("taints") or [],
+                "unschedulable": spec.get("unschedulable", False),
+            },
+            "status": {
+                k: status.get(k)
+                for k in ("allocatable", "capacity", "conditions", "images")
+                if status.get(k) is not None
+            },
+        }
+    )
+
+
+def _rv(body: Mapping[str, Any] | None) -> int:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class Assumed:
+    """GPUs a gang was given by the admission cycle but whose pods the watch has not shown."""
+
+    pods: dict[str, tuple[str, str, int]]  # pod name -> (BY_NAME | BY_HOSTNAME, node, GPUs)
+    expires: float
+    plan: Any = None  # the planner's Plan the reconcile creates
+
+    def pending(self, visible: Iterable[str]) -> dict[str, tuple[str, str, int]]:
+        seen = set(visible)
+        return {p: v for p, v in self.pods.items() if p not in seen}
+
+
+@dataclass
+class ShellState:
+    """Everything the operator process knows; see the module docstring."""
+
+    levels: tuple[str, ...] = c.DEFAULT_TOPOLOGY_LEVELS
+    assume_ttl: float = 120.0
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    node_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hostnames: dict[str, str] = field(default_factory=dict)  # hostname label -> node name
+    pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    pod_gpus: dict[Key, tuple[str, str, int]] = field(default_factory=dict)  # kind, value, gpus
+    pods_of_job: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))
+    jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    written: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    priorities: dict[str, int] = field(default_factory=dict)
+    fabrics: dict[str, FabricProfile] = field(default_factory=dict)
+    assumed: dict[Key, Assumed] = field(default_factory=dict)
+    # Pods we created that the watch has not shown yet: the reconcile counts them as
+    # present, so a gang seen half-way through the watch is never taken for a broken one.
+    inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    decisions: dict[Key, Any] = field(default_factory=dict)
+    queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    synced: bool = False
+    revision: int = 0
+    on_change: Callable[[], None] | None = None
+    _snapshot: Snapshot | None = None
+    _snapshot_revision: int = -1
+
+    # --- change tracking ---------------------------------------------------------------
+    def touch(self) -> None:
+        """Something a decision depends on changed: bump the revision, wake the loop."""
+        self.revision += 1
+        if self.on_change is not None and self.synced:
+            self.on_change()
+
+    def mark_synced(self) -> None:
+        """Every watch has been listed in full (kopf opens handlers only then)."""
+        if not self.synced:
+            self.synced = True
+            self.touch()
+
+    # --- nodes ---------------------------------------------------------------------------
+    def upsert_node(self, body: Mapping[str, Any]) -> None:
+        slim = slim_node(body)
+        name = str(slim["metadata"]["name"])
+        if self.node_bodies.get(name) == slim:
+            return  # heartbeats and the like: nothing placement reads changed
+        self.node_bodies[name] = slim
+        self.nodes[name] = node_info(slim, levels=self.levels)
+        hostname = slim["metadata"]["labels"].get(c.LABEL_HOSTNAME) or name
+        self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
+        self.hostnames.setdefault(hostname, name)
+        self.touch()
+
+    def remove_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self.node_bodies.pop(name, None)
+            self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
+            self.touch()
+
+    # --- pods ----------------------------------------------------------------------------
+    def upsert_pod(self, body: Mapping[str, Any]) -> None:
+        slim = slim_pod(body)
+        meta = slim["metadata"]
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        old_gpus = self.pod_gpus.get(key)
+        self.pods[key] = slim
+        self.inflight.pop(key, None)
+        job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+        if job:
+            self.pods_of_job[(key[0], job)].add(key[1])
+            self._settle_assumed((key[0], job))
+        new_gpus = self.holding(slim)
+        if new_gpus is None:
+            self.pod_gpus.pop(key, None)
+        else:
+            self.pod_gpus[key] = new_gpus
+        if old_gpus != new_gpus:
+            self.touch()
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        slim = self.pods.pop(key, None)
+        if slim is None:
+            return
+        job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
+        if job:
+            names = self.pods_of_job.get((namespace, job))
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.pods_of_job[(namespace, job)]
+        if self.pod_gpus.pop(key, None) is not None:
+            self.touch()
+
+    @staticmethod
+    def holding(pod: Mapping[str, Any]) -> tuple[str, str, int] | None:
+        """(BY_NAME | BY_HOSTNAME, node, GPUs) a live pod holds, or None."""
+        if is_terminated(pod):
+            return None
+        binding = pod_binding(pod)
+        gpus = pod_request(pod)
+        if binding is None or not gpus:
+            return None
+        return (binding[0], binding[1], gpus)
+
+    def job_pods(self, key: Key, uid: str | None) -> list[dict[str, Any]]:
+        """The job's pods (label job-name and an owner reference to this job's uid), with
+        the ones we created that the watch has not shown yet."""
+        out = []
+        names = set(self.pods_of_job.get(key, ()))
+        names.update(
+            n
+            for (ns, n), p in self.inflight.items()
+            if ns == key[0] and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == key[1]
+        )
+        for name in sorted(names):
+            pod = self.pods.get((key[0], name)) or self.inflight.get((key[0], name))
+            if pod is None:
+                continue
+            owners = pod["metadata"].get("ownerReferences") or []
+            if uid is None or any(o.get("uid") == uid for o in owners):
+                out.append(pod)
+        return out
+
+    # --- jobs and the small kinds ----------------------------------------------------------
+    def upsert_job(self, body: Mapping[str, Any]) -> None:
+        key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
+        old = self.jobs.get(key)
+        self.jobs[key] = copy.deepcopy(dict(body))
+        if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
+            self.touch()
+
+    def remove_job(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self.jobs.pop(key, None)
+        self.written.pop(key, None)
+        self.decisions.pop(key, None)
+        self.assumed.pop(key, None)
+        self._drop_inflight(key)
+        self.touch()
+
+    def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Our own status patch result: newer than the watch until the watch catches up."""
+        self.written[key] = dict(body)
+
+    def job(self, key: Key) -> dict[str, Any] | None:
+        """The newest body we know: the watch's, or our own write when it is newer."""
+        indexed = self.jobs.get(key)
+        if indexed is None:
+            return None
+        written = self.written.get(key)
+        if (
+            written is not None
+            and written["metadata"].get("uid") == indexed["metadata"].get("uid")
+            and _rv(written) > _rv(indexed)
+        ):
+            return written
+        return indexed
+
+    def job_bodies(self) -> list[dict[str, Any]]:
+        return [b for b in (self.job(k) for k in sorted(self.jobs)) if b is not None]
+
+    def upsert_queue(self, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        old = self.queues.get(name)
+        self.queues[name] = copy.deepcopy(dict(body))
+        if old is None or old.get("spec") != body.get("spec"):
+            self.touch()
+
+    def remove_queue(self, name: str) -> None:
+        if self.queues.pop(name, None) is not None:
+            self.queue_status.pop(name, None)
+            self.touch()
+
+    def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        if self.namespaces.get(name) != dict(labels):
+            self.namespaces[name] = dict(labels)
+            self.touch()
+
+    def remove_namespace(self, name: str) -> None:
+        if self.namespaces.pop(name, None) is not None:
+            self.touch()
+
+    def upsert_priority(self, name: str, value: int) -> None:
+        if self.priorities.get(name) != value:
+            self.priorities[name] = value
+            self.touch()
+
+    def remove_priority(self, name: str) -> None:
+        if self.priorities.pop(name, None) is not None:
+            self.touch()
+
+    def upsert_fabric(self, profile: FabricProfile) -> None:
+        self.fabrics[profile.name] = profile
+        self.touch()
+
+    def remove_fabric(self, name: str) -> None:
+        if self.fabrics.pop(name, None) is not None:
+            self.touch()
+
+    # --- assume / forget -----------------------------------------------------------------
+    def assume(
+        self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float, plan: Any = None
+    ) -> None:
+        """Count a gang's GPUs as used from now on (its pods are about to be created)."""
+        self.assumed[key] = Assumed(dict(pods), now + self.assume_ttl, plan)
+        self._settle_assumed(key)
+        self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
+
+    def created(self, pod: Mapping[str, Any]) -> None:
+        """A pod we just created: present for the reconcile until the watch shows it."""
+        meta = pod["metadata"]
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        if key not in self.pods:
+            self.inflight[key] = slim_pod(pod)
+
+    def forget(self, key: Key) -> None:
+        """Drop an assumption (the create failed, or the job went away): GPUs free again."""
+        self._drop_inflight(key)
+        if self.assumed.pop(key, None) is not None:
+            self.touch()
+
+    def _drop_inflight(self, key: Key) -> None:
+        for pod_key in [
+            k
+            for k, p in self.inflight.items()
+            if k[0] == key[0]
+            and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == key[1]
+        ]:
+            del self.inflight[pod_key]
+
+    def expire(self, now: float) -> list[Key]:
+        """Forget assumptions older than `assume_ttl` (pods never showed up)."""
+        stale = [k for k, a in self.assumed.items() if a.expires <= now]
+        for key in stale:
+            self.forget(key)
+        return stale
+
+    def _settle_assumed(self, key: Key) -> None:
+        assumed = self.assumed.get(key)
+        if assumed is not None and not assumed.pending(self.pods_of_job.get(key, ())):
+            del self.assumed[key]  # every pod is visible: the pod cache counts them now
+
+    def assumed_holding(self, key: Key) -> tuple[tuple[str, int], ...]:
+        """GPUs per node an assumed gang holds (for admission: the job counts as admitted)."""
+        assumed = self.assumed.get(key)
+        if assumed is None:
+            return ()
+        held: dict[str, int] = defaultdict(int)
+        for kind, value, gpus in assumed.pods.values():
+            node = self._node_of(kind, value)
+            if node is not None:
+                held[node] += gpus
+        return tuple(sorted(held.items()))
+
+    def _node_of(self, kind: str, value: str) -> str | None:
+        node = value if kind == BY_NAME else self.hostnames.get(value)
+        return node if node in self.nodes else None
+
+    # --- snapshot --------------------------------------------------------------------------
+    def used_by_node(self) -> dict[str, int]:
+        used: dict[str, int] = defaultdict(int)
+        for kind, value, gpus in self.pod_gpus.values():
+            node = self._node_of(kind, value)
+            if node is not None:
+                used[node] += gpus
+        for key, assumed in self.assumed.items():
+            for kind, value, gpus in assumed.pending(self.pods_of_job.get(key, ())).values():
+                node = self._node_of(kind, value)
+                if node is not None:
+                    used[node] += gpus
+        return used
+
+    def snapshot(self) -> Snapshot:
+        """The fleet as placement sees it now; rebuilt only when the revision moved."""
+        if self._snapshot is not None and self._snapshot_revision == self.revision:
+            return self._snapshot
+        used = self.used_by_node()
+        infos = []
+        for name, info in self.nodes.items():
+            n = used.get(name, 0)
+            if n != info.gpus_used:
+                info = replace(info, gpus_used=n, gpus_free=max(0, info.gpus_allocatable - n))
+            infos.append(info)
+        self._snapshot = Snapshot(nodes=tuple(infos), levels=self.levels)
+        self._snapshot_revision = self.revision
+        return self._snapshot
+
+
+def _meta_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Deletion started or the uid changed (a job recreated under the same name)."""
+    o, n = old.get("metadata") or {}, new.get("metadata") or {}
+    return bool(
+        o.get("uid") != n.get("uid") or o.get("deletionTimestamp") != n.get("deletionTimestamp")
+    )
