@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-scale clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,6 +61,11 @@ demo-down: install
 
 bench: install
 	$(PY) bench/run.py
+
+# The operator against bare pods on a 1,000-node fake fleet (burst) and a 2,000-node deep
+# queue; minutes, not part of `make test` (its smoke variant is). Results: bench/results/scale.*
+bench-scale: install build-binaries
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

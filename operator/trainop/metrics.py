@@ -58,6 +58,22 @@ PLACEMENT_SPAN = Histogram(
     ["level"],
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 32, 64),
 )
+API_WRITES = Counter(
+    "trainop_api_writes_total",
+    "API writes trainop's own client made (kopf's finalizer patches and Events not included); "
+    "label verb (create|patch|delete) and kind (Pod|Service|ConfigMap|Secret|TrainingJob|"
+    "TrainingQueue|ResourceClaimTemplate).",
+    ["verb", "kind"],
+)
+ADMISSION_CYCLES = Counter(
+    "trainop_admission_cycles_total",
+    "Admission cycles run by the operator's admission loop.",
+)
+ADMISSION_CYCLE_SECONDS = Histogram(
+    "trainop_admission_cycle_seconds",
+    "Duration of one admission cycle (decide every pending gang).",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)
 
 # Last phase counted per job, so the gauge moves one job from one phase to another.
 _job_phase: dict[tuple[str, str], tuple[str, str, str]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -140,8 +141,28 @@ def test_mpi_hostfile_lists_every_worker(kube: Kube, namespace: str) -> None:
     assert vols["trainop-ssh"]["secret"]["secretName"] == f"{name}-ssh"
 
 
+def _wait_quiescent(kube: Kube) -> None:
+    """Wait until no pod or namespace of an earlier test is still going away.
+
+    Render reads the inventory once; the operator decides a moment later from its watch.
+    GPUs an earlier test's terminating pods hold are taken in one view and free in the
+    other, so the two could pick different racks (this was a CI flake): compare only on an
+    inventory that is not moving, and give the operator's watch time to see the deletes."""
+
+    def settled() -> bool:
+        pods = kube.get("pods", "-A")["items"]
+        spaces = kube.get("namespaces")["items"]
+        return not any(p["metadata"].get("deletionTimestamp") for p in pods) and not any(
+            n.get("status", {}).get("phase") == "Terminating" for n in spaces
+        )
+
+    kube.wait_for("earlier tests' pods and namespaces to be gone", settled, timeout=120)
+    time.sleep(1.0)
+
+
 def test_render_prints_what_the_operator_creates(kube: Kube, namespace: str, tmp_path: Any) -> None:
     """Same job, same inventory: `trainop render` and the operator agree on every pod."""
+    _wait_quiescent(kube)
     nodes = tmp_path / "nodes.json"
     pods = tmp_path / "pods.json"
     nodes.write_text(kube.run("get", "nodes", "-o", "json").stdout)

@@ -33,7 +33,7 @@ from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.kube.client import KubeApi
 from trainop.kube.secrets import ssh_secret
-from trainop.planner import OperatorConfig, job_ref
+from trainop.planner import InvalidJob, OperatorConfig, check_semantics, job_ref, parse_spec
 from trainop.queueing.cluster import PassResult
 from trainop.queueing.model import JobDecision
 from trainop.reconcile import ADMIT_ALL, Actions, Admission, preempted_status, reconcile
@@ -229,9 +229,10 @@ def _requeue(key: Key, delay: float) -> None:
     Runtime.requeued[key] = loop.call_later(max(delay, 0.2), lambda: _spawn(reconcile_job(key)))
 
 
-def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission:
+def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission | None:
     """The loop's verdict for a job without live pods. Not decided yet: the job's current
-    wait as its status shows it, so nothing is written until the loop has spoken."""
+    wait as its status shows it, so nothing is written until the loop has spoken (None for
+    a job that has no status yet: nothing to carry out before the first verdict)."""
     if live or Runtime.config.external_queue != "none":
         return ADMIT_ALL
     verdict = Runtime.state.decisions.get(key)
@@ -242,12 +243,25 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission:
         Runtime.state.decisions.pop(key, None)  # made for an older spec: decide again
         Runtime.state.forget(key)
     status = body.get("status") or {}
+    if not status.get("phase") and _in_line(body):
+        return None
     return Admission(
         admitted=False,
         reason=status.get("pendingReason") or "Pending",
         message=status.get("pendingMessage") or "waiting for the admission cycle",
         position=status.get("queuePosition"),
     )
+
+
+def _in_line(body: Mapping[str, Any]) -> bool:
+    """Whether the admission loop will decide this job (valid and not suspended); other
+    jobs are the reconcile's alone (Invalid, Suspended)."""
+    try:
+        spec = parse_spec(body)
+        check_semantics(spec)
+    except InvalidJob:
+        return False
+    return not spec.run_policy.suspend
 
 
 async def reconcile_job(key: Key) -> None:
@@ -264,6 +278,8 @@ async def reconcile_job(key: Key) -> None:
             pods = state.job_pods(key, body["metadata"].get("uid"))
             live = any(not p["metadata"].get("deletionTimestamp") for p in pods)
             admission = _admission_for(key, body, live)
+            if admission is None:
+                return  # a new job: the admission loop reconciles it once it has decided
             now = datetime.now(UTC).replace(tzinfo=None)
             acts = reconcile(body, pods, state.snapshot, current_config(), now, admission)
             await _apply(key[0], key[1], body, acts)
@@ -289,7 +305,7 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     what = _describe(exc)
     log.warning("reconcile of %s/%s failed: %s", *key, what)
     with contextlib.suppress(Exception):  # posting an Event is best effort
-        kopf.event(body, type="Warning", reason="ReconcileError", message=what[:1000])
+        await _event(body, "Warning", "ReconcileError", what)
     _requeue(key, 5.0)
 
 
@@ -328,9 +344,15 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         if new_phase and new_phase != old_phase:
             metrics.observe_transition(body, old_phase, new_phase, acts.status)
     for etype, reason, message in acts.events:
-        kopf.event(body, type=etype, reason=reason, message=message[:1000])
+        await _event(body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
+    api = Runtime.api
+    assert api is not None
+    await asyncio.to_thread(api.post_event, body, etype, reason, message)
 
 
 # --- what the admission loop asks of the shell ----------------------------------------------
@@ -356,7 +378,7 @@ async def evict(decision: JobDecision, now: datetime) -> None:
         if written is not None:
             Runtime.state.record_written(key, written)
         metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
-        kopf.event(victim, type="Warning", reason="Preempted", message=decision.message[:1000])
+        await _event(victim, "Warning", "Preempted", decision.message)
     for pod in live:
         await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
 

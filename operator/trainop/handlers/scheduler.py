@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from trainop import metrics
 from trainop.handlers.state import Key, ShellState
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
@@ -177,6 +178,8 @@ class AdmissionLoop:
         await self.publish(result)
         self.cycles += 1
         self.last_cycle_seconds = time.monotonic() - started
+        metrics.ADMISSION_CYCLES.inc()
+        metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
         for key in changed:
             task = asyncio.ensure_future(self.reconcile(key))
             self.tasks.add(task)

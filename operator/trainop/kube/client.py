@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from trainop import metrics
 from trainop.api import constants as c
 
 log = logging.getLogger("trainop.kube")
@@ -36,6 +38,7 @@ class KubeApi:
         it was not created at all (its namespace is being deleted)."""
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
+        metrics.API_WRITES.labels("create", kind).inc()
         if kind == "ResourceClaimTemplate":  # DRA mode: resource.k8s.io/v1, by URL
             group, version = obj["apiVersion"].split("/")
             try:
@@ -71,6 +74,7 @@ class KubeApi:
             raise
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        metrics.API_WRITES.labels("delete", "Pod").inc()
         try:
             # Fake (and real) kubelets get a short grace: a broken gang must free its GPUs.
             self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=5)
@@ -80,6 +84,7 @@ class KubeApi:
 
     def ungate_pod(self, namespace: str, name: str, remaining_gates: list[dict[str, Any]]) -> None:
         """Remove trainop's scheduling gate (other controllers' gates stay)."""
+        metrics.API_WRITES.labels("patch", "Pod").inc()
         try:
             # JSON patch: a strategic merge of an empty list would keep the merged-in gates.
             patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": remaining_gates}]
@@ -92,6 +97,7 @@ class KubeApi:
         self, namespace: str, name: str, status: Mapping[str, Any], old: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch the status subresource; keys dropped since `old` are nulled out."""
+        metrics.API_WRITES.labels("patch", "TrainingJob").inc()
         body = dict(status)
         for key in old:
             if key not in body:
@@ -107,6 +113,7 @@ class KubeApi:
             raise
 
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        metrics.API_WRITES.labels("patch", "TrainingQueue").inc()
         try:
             self.custom.patch_cluster_custom_object_status(
                 c.GROUP, c.VERSION, "trainingqueues", name, {"status": dict(status)}
@@ -116,12 +123,43 @@ class KubeApi:
                 raise
 
     def delete_job(self, namespace: str, name: str) -> None:
+        metrics.API_WRITES.labels("delete", "TrainingJob").inc()
         try:
             self.custom.delete_namespaced_custom_object(
                 c.GROUP, c.VERSION, namespace, PLURAL, name, propagation_policy="Background"
             )
         except ApiException as exc:
             if exc.status != 404:
+                raise
+
+    def post_event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
+        """A core/v1 Event about `obj` (what `kubectl describe` and `get events` show)."""
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        event = {
+            "metadata": {"generateName": f"{meta.get('name', 'trainop')}.", "namespace": ns},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta.get("name"),
+                "namespace": ns,
+                "uid": meta.get("uid"),
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message[:1000],
+            "source": {"component": "trainop"},
+            "reportingComponent": "trainop.dev/operator",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        metrics.API_WRITES.labels("create", "Event").inc()
+        try:
+            self.core.create_namespaced_event(ns, cast(Any, event))
+        except ApiException as exc:
+            if exc.status not in (403, 404):  # namespace going away: nothing to tell
                 raise
 
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -1,0 +1,623 @@
+"""`make bench-scale`: the operator against bare pods on a large fake fleet, in one run.
+
+Scenarios (each on the local control plane: real kube-apiserver, kube-scheduler, etcd and
+KWOK fake nodes; the real operator process with its own metrics):
+  burst  A generated fleet (default 1,000 8-GPU H100 nodes, racks of 25) and N TrainingJobs
+         of mixed sizes (1-16 x 8 GPUs plus partial-node jobs of 1, 2 or 4 GPUs) created at
+         once. Measured: creation -> all pods Running per job (p50, p99) and for the whole
+         burst, admissions per second, API writes per job (trainop's client counts its own;
+         kopf's finalizer patches and Events are read from the apiserver's request counters),
+         operator CPU seconds and peak RSS. Baseline: the same gangs as bare pods, created
+         gated by the same client, each gang ungated as soon as its pods exist, and placed
+         by kube-scheduler. The ratio operator/baseline is reported.
+  deep   A fleet filled by running gangs, then M jobs queued behind it; the operator's CPU
+         while nothing changes; then a quarter of the running gangs finish and the admission
+         latency (capacity freed -> job Admitted, p50/p99) of the jobs that then fit.
+Writes bench/results/scale.json, scale.md and scale.png. Numbers, never assertions.
+`--smoke` runs a tiny burst against an already running cluster (the integration tier).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+SEED = 11
+GPU = "nvidia.com/gpu"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+# --- the workload ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gang:
+    name: str
+    replicas: int
+    gpus: int  # per replica
+
+
+def mixed_gangs(count: int, seed: int = SEED, max_nodes: int = 16) -> list[Gang]:
+    """Mostly small gangs, a tail of big ones, and some partial-node jobs (sizes documented
+    in the module docstring); fixed seed, so both policies get the same list."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.15:
+            out.append(Gang(f"s{i:04d}", 1, rng.choice((1, 2, 4))))
+        elif roll < 0.75:
+            out.append(Gang(f"s{i:04d}", rng.randint(1, 4), 8))
+        else:
+            out.append(Gang(f"s{i:04d}", rng.randint(5, max_nodes), 8))
+    return out
+
+
+def fleet_file(nodes: int, rack_size: int, path: Path) -> Path:
+    racks = (nodes + rack_size - 1) // rack_size
+    groups = []
+    for r in range(racks):
+        count = min(rack_size, nodes - r * rack_size)
+        groups.append(
+            {
+                "class": "h100",
+                "count": count,
+                "block": f"block-{r // 8}",
+                "rack": f"rack-{r:03d}",
+                "prefix": f"r{r:03d}",
+            }
+        )
+    doc = {
+        "classes": {
+            "h100": {
+                "gpu": {
+                    "product": H100,
+                    "count": 8,
+                    "memoryMiB": 81559,
+                    "family": "hopper",
+                    "computeCapability": "9.0",
+                },
+                "driver": "580.95.05",
+                "cudaRuntime": "13.0",
+                "rdma": {"resource": "rdma/rdma_shared_device_a", "count": 63},
+                "cpu": "224",
+                "memory": "2Ti",
+                "gfdLabels": "new",
+            }
+        },
+        "groups": groups,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def training_job(g: Gang, ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": g.name, "namespace": ns},
+        "spec": {
+            "framework": {"name": "pytorch", "version": "2.4"},
+            "cuda": "12.4",
+            "replicaSpecs": {"Worker": {"replicas": g.replicas, "gpus": g.gpus}},
+        },
+    }
+
+
+def bare_pod(g: Gang, index: int, ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{g.name}-{index}", "namespace": ns, "labels": {"gang": g.name}},
+        "spec": {
+            "schedulingGates": [{"name": "bench.trainop.dev/gang"}],
+            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": {"nvidia.com/gpu.product": H100},
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": {GPU: str(g.gpus)}}}
+            ],
+        },
+    }
+
+
+# --- a small client --------------------------------------------------------------------------
+class Client:
+    """kubernetes' Python client with a thread pool: the same for both policies."""
+
+    def __init__(self, kubeconfig: str, workers: int = 16) -> None:
+        from kubernetes import client, config
+
+        config.load_kube_config(kubeconfig)
+        cfg = client.Configuration.get_default_copy()
+        cfg.connection_pool_maxsize = workers
+        api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.pool = ThreadPoolExecutor(workers)
+        self.kubeconfig = kubeconfig
+
+    def ensure_namespace(self, ns: str) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.create_namespace({"metadata": {"name": ns}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the ServiceAccount admission needs it
+            if self.core.list_namespaced_service_account(ns).items:
+                return
+            time.sleep(0.2)
+
+    def delete_namespace(self, ns: str, wait: bool = True) -> None:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self.core.delete_namespace(ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        while wait:
+            try:
+                self.core.read_namespace(ns)
+            except ApiException:
+                return
+            time.sleep(1)
+
+    def pods(self, ns: str) -> list[Any]:
+        return list(self.core.list_namespaced_pod(ns).items)
+
+    def jobs(self, ns: str) -> list[dict[str, Any]]:
+        out = self.custom.list_namespaced_custom_object(
+            "trainop.dev", "v1alpha1", ns, "trainingjobs"
+        )
+        return list(out["items"])
+
+    def create_jobs(self, bodies: Iterable[dict[str, Any]], ns: str) -> None:
+        def one(body: dict[str, Any]) -> None:
+            self.custom.create_namespaced_custom_object(
+                "trainop.dev", "v1alpha1", ns, "trainingjobs", body
+            )
+
+        list(self.pool.map(one, bodies))
+
+    def create_bare_gangs(self, gangs: list[Gang], ns: str) -> None:
+        def one(g: Gang) -> None:
+            for i in range(g.replicas):
+                self.core.create_namespaced_pod(ns, bare_pod(g, i, ns))
+            for i in range(g.replicas):  # the whole gang exists: release it
+                self.core.patch_namespaced_pod(
+                    f"{g.name}-{i}",
+                    ns,
+                    [{"op": "replace", "path": "/spec/schedulingGates", "value": []}],
+                )
+
+        list(self.pool.map(one, gangs))
+
+    def apiserver_counts(self) -> dict[str, float]:
+        """Requests the apiserver served that only trainop's process makes (kopf's part)."""
+        raw = self.core.api_client.call_api(
+            "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
+        )[0].data.decode()
+        out = {"trainingjob_patch": 0.0, "event_post": 0.0}
+        for line in raw.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels, value = line.rsplit(" ", 1)
+            if (
+                'resource="trainingjobs"' in labels
+                and 'subresource=""' in labels
+                and 'verb="PATCH"' in labels
+            ):
+                out["trainingjob_patch"] += float(value)
+            if 'resource="events"' in labels and 'group=""' in labels and 'verb="POST"' in labels:
+                out["event_post"] += float(value)
+        return out
+
+
+# --- measuring ---------------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def wait_running(
+    client: Client,
+    ns: str,
+    gangs: list[Gang],
+    key: Callable[[Any], str],
+    start: float,
+    timeout: float,
+) -> dict[str, float]:
+    """Gang name -> seconds from `start` until all its pods were Running (polled at 0.5 s)."""
+    want = {g.name: g.replicas for g in gangs}
+    done: dict[str, float] = {}
+    deadline = start + timeout
+    while len(done) < len(want) and time.monotonic() < deadline:
+        running: dict[str, int] = {}
+        for p in client.pods(ns):
+            if p.status.phase == "Running":
+                g = key(p)
+                running[g] = running.get(g, 0) + 1
+        now = time.monotonic() - start
+        for g, n in running.items():
+            if g in want and g not in done and n >= want[g]:
+                done[g] = now
+        time.sleep(0.5)
+    return done
+
+
+@dataclass
+class ProcStat:
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+
+def metric_sum(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith(name + "_created"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@dataclass
+class BurstResult:
+    policy: str
+    jobs: int
+    pods: int
+    completed: int
+    p50_seconds: float
+    p99_seconds: float
+    total_seconds: float
+    admissions_per_second: float
+    api_writes_per_job: float | None = None
+    operator_cpu_seconds: float | None = None
+    operator_peak_rss_mb: float | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def summarize(policy: str, gangs: list[Gang], done: dict[str, float]) -> BurstResult:
+    times = list(done.values())
+    total = max(times) if len(done) == len(gangs) and times else float("nan")
+    return BurstResult(
+        policy=policy,
+        jobs=len(gangs),
+        pods=sum(g.replicas for g in gangs),
+        completed=len(done),
+        p50_seconds=round(pct(times, 0.5), 2),
+        p99_seconds=round(pct(times, 0.99), 2),
+        total_seconds=round(total, 2),
+        admissions_per_second=round(len(done) / total, 1) if total == total and total else 0.0,
+    )
+
+
+def run_bare(client: Client, gangs: list[Gang], timeout: float) -> BurstResult:
+    ns = "bench-bare"
+    client.ensure_namespace(ns)
+    start = time.monotonic()
+    client.create_bare_gangs(gangs, ns)
+    done = wait_running(client, ns, gangs, lambda p: p.metadata.labels["gang"], start, timeout)
+    result = summarize("bare pods + kube-scheduler", gangs, done)
+    client.delete_namespace(ns)
+    return result
+
+
+def run_operator(
+    client: Client, gangs: list[Gang], timeout: float, operator_pid: int, metrics: Callable[[], str]
+) -> BurstResult:
+    ns = "bench-operator"
+    client.ensure_namespace(ns)
+    proc = ProcStat(operator_pid)
+    cpu0, writes0, server0 = (
+        proc.cpu_seconds(),
+        metric_sum(metrics(), "trainop_api_writes_total"),
+        client.apiserver_counts(),
+    )
+    start = time.monotonic()
+    client.create_jobs([training_job(g, ns) for g in gangs], ns)
+    done = wait_running(
+        client, ns, gangs, lambda p: p.metadata.labels["trainop.dev/job-name"], start, timeout
+    )
+    result = summarize("trainop operator", gangs, done)
+    writes = metric_sum(metrics(), "trainop_api_writes_total") - writes0
+    server = client.apiserver_counts()
+    kopf_writes = sum(server[k] - server0[k] for k in server)
+    result.api_writes_per_job = round((writes + kopf_writes) / len(gangs), 2)
+    result.operator_cpu_seconds = round(proc.cpu_seconds() - cpu0, 1)
+    result.operator_peak_rss_mb = round(proc.peak_rss_mb(), 1)
+    pods = sum(g.replicas for g in gangs)
+    result.detail = {
+        "trainop_client_writes": writes,
+        "kopf_writes (finalizer/annotation patches + Events)": kopf_writes,
+        "pods": pods,
+        "writes_per_job_minus_pods": round((writes + kopf_writes - pods) / len(gangs), 2),
+        "admission_cycles": metric_sum(metrics(), "trainop_admission_cycles_total"),
+    }
+    client.delete_namespace(ns)
+    return result
+
+
+# --- deep queue --------------------------------------------------------------------------------
+@dataclass
+class DeepResult:
+    nodes: int
+    running_gangs: int
+    queued_jobs: int
+    idle_cpu_percent: float
+    freed_gangs: int
+    admitted_after_free: int
+    admission_p50_seconds: float
+    admission_p99_seconds: float
+    noFit_while_free: int = 0
+
+
+def _phases(client: Client, ns: str) -> dict[str, str]:
+    return {
+        j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in client.jobs(ns)
+    }
+
+
+def run_deep(
+    client: Client, nodes: int, queued: int, operator_pid: int, timeout: float
+) -> DeepResult:
+    ns = "bench-deep"
+    client.ensure_namespace(ns)
+    fillers = [Gang(f"fill{i:04d}", 8, 8) for i in range(nodes // 8)]
+    client.create_jobs([training_job(g, ns) for g in fillers], ns)
+    wait_running(
+        client,
+        ns,
+        fillers,
+        lambda p: p.metadata.labels["trainop.dev/job-name"],
+        time.monotonic(),
+        timeout,
+    )
+    waiting = [
+        Gang(f"q{i:04d}", g.replicas, g.gpus) for i, g in enumerate(mixed_gangs(queued, 5, 8))
+    ]
+    client.create_jobs([training_job(g, ns) for g in waiting], ns)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        phases = _phases(client, ns)
+        if sum(1 for g in waiting if phases.get(g.name) == "Queued") == len(waiting):
+            break
+        time.sleep(1)
+    time.sleep(5)
+    proc = ProcStat(operator_pid)
+    cpu0, t0 = proc.cpu_seconds(), time.monotonic()
+    time.sleep(30)  # nothing changes: the operator should sleep
+    idle = 100 * (proc.cpu_seconds() - cpu0) / (time.monotonic() - t0)
+    freed = fillers[: len(fillers) // 4]
+    start = time.monotonic()
+    for g in freed:
+        client.custom.delete_namespaced_custom_object(
+            "trainop.dev", "v1alpha1", ns, "trainingjobs", g.name
+        )
+    admitted: dict[str, float] = {}
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        for name, phase in _phases(client, ns).items():
+            if name.startswith("q") and phase in ("Admitted", "Running") and name not in admitted:
+                admitted[name] = time.monotonic() - start
+        if admitted and time.monotonic() - start > max(admitted.values()) + 15:
+            break  # nothing new for 15 s: what fits has been admitted
+        time.sleep(0.25)
+    lat = list(admitted.values())
+    result = DeepResult(
+        nodes=nodes,
+        running_gangs=len(fillers),
+        queued_jobs=len(waiting),
+        idle_cpu_percent=round(idle, 1),
+        freed_gangs=len(freed),
+        admitted_after_free=len(admitted),
+        admission_p50_seconds=round(pct(lat, 0.5), 2),
+        admission_p99_seconds=round(pct(lat, 0.99), 2),
+    )
+    client.delete_namespace(ns)
+    return result
+
+
+# --- the run --------------------------------------------------------------------------------------
+def start_operator(kubeconfig: str, log: Path) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
+    import socket
+    import urllib.request
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    mport, hport = free(), free()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainop.cli.main",
+            "run",
+            "--metrics-port",
+            str(mport),
+            "--health-port",
+            str(hport),
+        ],
+        env=dict(os.environ, KUBECONFIG=kubeconfig),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def metrics() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            metrics()
+            return proc, metrics
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"operator did not start; see {log}")
+
+
+def cluster_with(nodes: int, rack: int) -> Any:
+    from trainop.cluster.local import LocalCluster
+
+    lc = LocalCluster(name="trainop-bench")
+    with tempfile.TemporaryDirectory() as tmp:
+        lc.up(str(fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
+    lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    lc.kubectl("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    return lc
+
+
+def burst(nodes: int, jobs: int, rack: int, timeout: float) -> dict[str, Any]:
+    lc = cluster_with(nodes, rack)
+    client = Client(str(lc.kubeconfig))
+    gangs = mixed_gangs(jobs)
+    bare = run_bare(client, gangs, timeout)
+    proc, metrics = start_operator(str(lc.kubeconfig), RESULTS / "scale-operator.log")
+    try:
+        ours = run_operator(client, gangs, timeout, proc.pid, metrics)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    ratio = ours.total_seconds / bare.total_seconds if bare.total_seconds else float("nan")
+    return {
+        "nodes": nodes,
+        "rack_size": rack,
+        "jobs": jobs,
+        "pods": ours.pods,
+        "baseline": asdict(bare),
+        "trainop": asdict(ours),
+        "ratio_total": round(ratio, 2),
+    }
+
+
+def deep(nodes: int, queued: int, rack: int, timeout: float) -> dict[str, Any]:
+    lc = cluster_with(nodes, rack)
+    client = Client(str(lc.kubeconfig))
+    proc, _ = start_operator(str(lc.kubeconfig), RESULTS / "scale-operator-deep.log")
+    try:
+        return asdict(run_deep(client, nodes, queued, proc.pid, timeout))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def write_report(results: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = ["# make bench-scale", "", f"Machine: {os.cpu_count()} cores. Seed {SEED}.", ""]
+    b = results.get("burst")
+    if b:
+        lines += [
+            f"## Burst: {b['jobs']} TrainingJobs ({b['pods']} pods) on {b['nodes']} nodes",
+            "",
+            "| Figure | trainop | bare pods + kube-scheduler |",
+            "|---|---|---|",
+        ]
+        for label, k in (
+            ("jobs all Running", "completed"),
+            ("p50 s", "p50_seconds"),
+            ("p99 s", "p99_seconds"),
+            ("total s", "total_seconds"),
+            ("admissions/s", "admissions_per_second"),
+        ):
+            lines.append(f"| {label} | {b['trainop'][k]} | {b['baseline'][k]} |")
+        t = b["trainop"]
+        lines += [
+            f"| API writes per job | {t['api_writes_per_job']} | - |",
+            f"| operator CPU s | {t['operator_cpu_seconds']} | - |",
+            f"| operator peak RSS MB | {t['operator_peak_rss_mb']} | - |",
+            "",
+            f"Ratio of total time, trainop / bare pods: **{b['ratio_total']}** (target <= 1.2).",
+            "",
+        ]
+    d = results.get("deep")
+    if d:
+        lines += [
+            f"## Deep queue: {d['queued_jobs']} jobs behind {d['running_gangs']} gangs on "
+            f"{d['nodes']} nodes",
+            "",
+            f"- operator CPU while nothing changes: {d['idle_cpu_percent']}% of a core",
+            f"- {d['freed_gangs']} gangs finished; {d['admitted_after_free']} queued jobs admitted",
+            f"- admission latency from capacity freed: p50 {d['admission_p50_seconds']} s, "
+            f"p99 {d['admission_p99_seconds']} s (target p99 <= 2 s)",
+            "",
+        ]
+    (RESULTS / "scale.md").write_text("\n".join(lines))
+    _plot(results)
+
+
+def _plot(results: dict[str, Any]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    b = results.get("burst")
+    if not b:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    keys = ["p50_seconds", "p99_seconds", "total_seconds"]
+    x = range(len(keys))
+    ax.bar([i - 0.2 for i in x], [b["trainop"][k] for k in keys], 0.4, label="trainop")
+    ax.bar([i + 0.2 for i in x], [b["baseline"][k] for k in keys], 0.4, label="bare pods")
+    ax.set_xticks(list(x), ["p50", "p99", "all Running"])
+    ax.set_ylabel("seconds from creation")
+    ax.set_title(f"Burst: {b['jobs']} jobs on {b['nodes']} nodes")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "scale.png", dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--rack-size", type=int, default=25)
+    ap.add_argument("--deep-nodes", type=int, default=2000)
+    ap.add_argument("--deep-jobs", type=int, default=1000)
+    ap.add_argument("--skip-deep", action="store_true")
+    ap.add_argument("--timeout", type=float, default=900)
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = {"seed": SEED}
+    results["burst"] = burst(args.nodes, args.jobs, args.rack_size, args.timeout)
+    write_report(results)
+    if not args.skip_deep:
+        results["deep"] = deep(args.deep_nodes, args.deep_jobs, args.rack_size, args.timeout)
+        write_report(results)
+    print((RESULTS / "scale.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

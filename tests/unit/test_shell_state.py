@@ -1,0 +1,231 @@
+"""ShellState (the operator's one state object) and the admission loop's cycle, without kopf.
+
+The state is fed plain dicts as the watches would; the cycle runs the real pure admission
+and planner against it, with recording callbacks in place of the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from tests.unit.builders import job, pod, uid_of
+from tests.unit.jobs import fleet_nodes, gpu_pod
+from trainop.handlers.scheduler import AdmissionLoop, plan_pods
+from trainop.handlers.state import ShellState
+from trainop.inventory import build_snapshot
+from trainop.planner import OperatorConfig
+from trainop.queueing.cluster import PassResult
+from trainop.queueing.model import JobDecision
+
+CONFIG = OperatorConfig()
+
+
+def fleet_state() -> ShellState:
+    state = ShellState()
+    for node in fleet_nodes():
+        state.upsert_node(node)
+    state.mark_synced()
+    return state
+
+
+def new_job(name: str, workers: int = 2, gpus: int = 8, **placement: Any) -> dict[str, Any]:
+    b = job(name, workers=workers, gpus=gpus)
+    if placement:
+        b.placement(**placement)
+    body = b.build()
+    body["metadata"]["uid"] = uid_of(name)
+    body["metadata"]["generation"] = 1
+    body["metadata"]["creationTimestamp"] = "2025-06-01T11:00:00Z"
+    return body
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.reconciled: list[tuple[str, str]] = []
+        self.evicted: list[str] = []
+        self.published: list[PassResult] = []
+
+    async def reconcile(self, key: tuple[str, str]) -> None:
+        self.reconciled.append(key)
+
+    async def evict(self, decision: JobDecision, now: Any) -> None:
+        self.evicted.append(decision.key)
+
+    async def publish(self, result: PassResult) -> None:
+        self.published.append(result)
+
+
+def run_cycle(state: ShellState, rec: Recorder | None = None) -> Recorder:
+    rec = rec or Recorder()
+
+    async def go() -> None:
+        loop = AdmissionLoop(state, lambda: CONFIG, rec.reconcile, rec.evict, rec.publish)
+        await loop.cycle()
+        await asyncio.gather(*loop.tasks)
+
+    asyncio.run(go())
+    return rec
+
+
+# --- the caches --------------------------------------------------------------------------
+def test_snapshot_matches_a_full_rebuild() -> None:
+    state = fleet_state()
+    other = gpu_pod("busy", "h100-a-01", 8)
+    state.upsert_pod(other)
+    full = build_snapshot(fleet_nodes(), [other])
+    snap = state.snapshot()
+    assert [(n.name, n.gpus_free) for n in snap.nodes] == [
+        (n.name, n.gpus_free) for n in full.nodes
+    ]
+
+
+def test_snapshot_is_reused_until_something_changes() -> None:
+    state = fleet_state()
+    first = state.snapshot()
+    assert state.snapshot() is first
+    state.upsert_pod(gpu_pod("busy", "h100-a-01", 4))
+    second = state.snapshot()
+    assert second is not first
+    assert second.node("h100-a-01").gpus_free == 4
+
+
+def test_a_heartbeat_does_not_wake_the_loop() -> None:
+    state = fleet_state()
+    node = fleet_nodes()[0]
+    before = state.revision
+    state.upsert_node(copy.deepcopy(node))
+    assert state.revision == before
+    node["metadata"]["labels"]["example.com/new"] = "1"
+    state.upsert_node(node)
+    assert state.revision == before + 1
+
+
+def test_finished_and_deleted_pods_free_their_gpus() -> None:
+    state = fleet_state()
+    busy = gpu_pod("busy", "h100-a-01", 8)
+    state.upsert_pod(busy)
+    assert state.snapshot().node("h100-a-01").gpus_free == 0
+    busy["status"]["phase"] = "Succeeded"
+    state.upsert_pod(busy)
+    assert state.snapshot().node("h100-a-01").gpus_free == 8
+    state.upsert_pod(gpu_pod("busy2", "h100-a-01", 8))
+    state.remove_pod("other", "busy2")
+    assert state.snapshot().node("h100-a-01").gpus_free == 8
+
+
+def test_wakes_only_once_synced() -> None:
+    woken: list[int] = []
+    state = ShellState(on_change=lambda: woken.append(1))
+    for node in fleet_nodes()[:2]:
+        state.upsert_node(node)
+    assert woken == []
+    state.mark_synced()
+    assert woken == [1]
+
+
+# --- assume / forget ---------------------------------------------------------------------
+def test_an_assumed_gang_counts_until_its_pods_are_visible() -> None:
+    state = fleet_state()
+    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    assert state.snapshot().node("a100-01").gpus_free == 0
+    seen = pod("bert-worker-0").on("a100-01").build()
+    seen["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    state.upsert_pod(seen)
+    assert ("team-a", "bert") not in state.assumed
+    assert state.snapshot().node("a100-01").gpus_free == 0  # counted once, by the pod
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        pytest.param(lambda s: s.forget(("team-a", "bert")), id="create-failed"),
+        pytest.param(lambda s: s.expire(1000.0), id="ttl-passed"),
+        pytest.param(lambda s: s.remove_job("team-a", "bert"), id="job-deleted"),
+    ],
+)
+def test_an_assumption_is_forgotten(how: Any) -> None:
+    state = fleet_state()
+    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    how(state)
+    assert state.assumed == {}
+    assert state.snapshot().node("a100-01").gpus_free == 8
+
+
+def test_created_pods_count_as_present_until_the_watch_shows_them() -> None:
+    state = fleet_state()
+    body = new_job("bert")
+    state.upsert_job(body)
+    created = pod("bert-worker-0").build()
+    state.created(created)
+    assert [p["metadata"]["name"] for p in state.job_pods(("team-a", "bert"), uid_of("bert"))] == [
+        "bert-worker-0"
+    ]
+    state.upsert_pod(created)
+    assert state.inflight == {}
+    assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
+
+
+def test_written_status_wins_until_the_watch_catches_up() -> None:
+    state = fleet_state()
+    body = new_job("bert")
+    body["metadata"]["resourceVersion"] = "5"
+    state.upsert_job(body)
+    newer = copy.deepcopy(body)
+    newer["metadata"]["resourceVersion"] = "6"
+    newer["status"] = {"phase": "Queued"}
+    state.record_written(("team-a", "bert"), newer)
+    assert state.job(("team-a", "bert"))["status"] == {"phase": "Queued"}
+
+
+# --- the cycle -----------------------------------------------------------------------------
+def test_a_cycle_admits_and_assumes_so_the_next_job_sees_it() -> None:
+    state = fleet_state()
+    for name in ("j1", "j2", "j3"):
+        state.upsert_job(new_job(name))
+    rec = run_cycle(state)
+    admitted = [k for k, v in state.decisions.items() if v.admission.admitted]
+    assert len(admitted) == 3
+    nodes = [set(v.admission.plan.placement.nodes) for v in state.decisions.values()]
+    assert all(not (a & b) for i, a in enumerate(nodes) for b in nodes[i + 1 :])
+    assert sorted(rec.reconciled) == sorted(admitted)
+    assert set(state.assumed) == set(admitted)
+    # The next cycle sees them as admitted (assumed) and admits nothing twice.
+    rec2 = run_cycle(state)
+    assert rec2.reconciled == []
+
+
+def test_a_second_cycle_without_change_reconciles_nobody() -> None:
+    state = fleet_state()
+    state.upsert_job(new_job("big", workers=40))  # more GPUs than the fleet has
+    first = run_cycle(state)
+    assert first.reconciled == [("team-a", "big")]
+    verdict = state.decisions[("team-a", "big")]
+    assert not verdict.admission.admitted and verdict.admission.reason == "NoFit"
+    assert run_cycle(state).reconciled == []
+
+
+def test_plan_pods_lists_each_pinned_pod() -> None:
+    state = fleet_state()
+    state.upsert_job(new_job("bert"))
+    run_cycle(state)
+    plan = state.decisions[("team-a", "bert")].admission.plan
+    held = plan_pods(plan)
+    assert sorted(held) == ["bert-worker-0", "bert-worker-1"]
+    assert all(kind == "name" and gpus == 8 for kind, _, gpus in held.values())
+
+
+def test_a_job_in_restart_backoff_is_not_admitted() -> None:
+    state = fleet_state()
+    body = new_job("bert")
+    body["status"] = {
+        "phase": "Restarting",
+        "restartCount": 1,
+        "lastRestartTime": "2999-01-01T00:00:00Z",
+    }
+    state.upsert_job(body)
+    run_cycle(state)
+    assert ("team-a", "bert") not in state.decisions
