@@ -210,9 +210,16 @@ class Client:
 
     def apiserver_counts(self) -> dict[str, float]:
         """Requests the apiserver served that only trainop's process makes (kopf's part)."""
-        raw = self.core.api_client.call_api(
-            "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
-        )[0].data.decode()
+        from trainop.cluster.binaries import resolve_binaries
+
+        kubectl = str(resolve_binaries(build=False)["kubectl"])
+        raw = subprocess.run(
+            [kubectl, "--kubeconfig", self.kubeconfig, "get", "--raw", "/metrics"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
         out = {"trainingjob_patch": 0.0, "event_post": 0.0}
         for line in raw.splitlines():
             if not line.startswith("apiserver_request_total{"):
