@@ -51,18 +51,22 @@ class Gang:
 
 
 def mixed_gangs(count: int, seed: int = SEED, max_nodes: int = 16) -> list[Gang]:
-    """Mostly small gangs, a tail of big ones, and some partial-node jobs (sizes documented
-    in the module docstring); fixed seed, so both policies get the same list."""
+    """The burst's job mix, fixed seed so both policies get the same list: 25% partial-node
+    jobs (1, 2 or 4 GPUs), 63% of 1-2 nodes, 10% of 3-6 nodes, 2% of 9-`max_nodes` nodes
+    (8 GPUs per node). On average 1.7 nodes a job: 500 jobs need about 86% of 1,000 nodes,
+    so the whole burst fits at once and the time to all-Running measures admission alone."""
     rng = random.Random(seed)
     out = []
     for i in range(count):
         roll = rng.random()
-        if roll < 0.15:
+        if roll < 0.25:
             out.append(Gang(f"s{i:04d}", 1, rng.choice((1, 2, 4))))
-        elif roll < 0.75:
-            out.append(Gang(f"s{i:04d}", rng.randint(1, 4), 8))
+        elif roll < 0.88:
+            out.append(Gang(f"s{i:04d}", rng.randint(1, 2), 8))
+        elif roll < 0.98:
+            out.append(Gang(f"s{i:04d}", rng.randint(3, min(6, max_nodes)), 8))
         else:
-            out.append(Gang(f"s{i:04d}", rng.randint(5, max_nodes), 8))
+            out.append(Gang(f"s{i:04d}", rng.randint(min(9, max_nodes), max_nodes), 8))
     return out
 
 
@@ -150,14 +154,19 @@ class Client:
         self.kubeconfig = kubeconfig
 
     def ensure_namespace(self, ns: str) -> None:
+        """A fresh, empty namespace: one left by an earlier run is deleted first."""
         from kubernetes.client.rest import ApiException
 
-        try:
-            self.core.create_namespace({"metadata": {"name": ns}})
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        deadline = time.monotonic() + 60
+        self.delete_namespace(ns, wait=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.core.create_namespace({"metadata": {"name": ns}})
+                break
+            except ApiException as exc:
+                if exc.status != 409 or time.monotonic() > deadline:
+                    raise
+                time.sleep(1)  # still terminating
         while time.monotonic() < deadline:  # the ServiceAccount admission needs it
             if self.core.list_namespaced_service_account(ns).items:
                 return

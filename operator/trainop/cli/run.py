@@ -43,6 +43,21 @@ import click
     default=None,
     help="Cap of the restart delay. [default: config file, else 300]",
 )
+@click.option(
+    "--leader-elect",
+    is_flag=True,
+    help="Run as one of several replicas: only the holder of a coordination.k8s.io Lease acts.",
+)
+@click.option(
+    "--lease-name", default="trainop-operator", show_default=True, help="Name of that Lease."
+)
+@click.option(
+    "--lease-namespace",
+    envvar="POD_NAMESPACE",
+    default="default",
+    show_default=True,
+    help="Namespace of that Lease (env POD_NAMESPACE).",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def run(
     kubeconfig: str | None,
@@ -52,6 +67,9 @@ def run(
     health_port: int,
     restart_backoff_seconds: float | None,
     restart_backoff_max_seconds: float | None,
+    leader_elect: bool,
+    lease_name: str,
+    lease_namespace: str,
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
@@ -89,6 +107,13 @@ def run(
         if restart_backoff_max_seconds is None
         else restart_backoff_max_seconds,
     )
+    if leader_elect:
+        import socket
+
+        from trainop.kube.lease import Elector
+
+        identity = f"{socket.gethostname()}-{os.getpid()}"
+        handlers.Runtime.elector = Elector(lease_name, lease_namespace, identity)
     start_http_server(metrics_port)
     asyncio.run(
         kopf.operator(

@@ -32,6 +32,7 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.kube.client import KubeApi
+from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, job_ref, parse_spec
 from trainop.queueing.cluster import PassResult
@@ -53,6 +54,9 @@ class Runtime:
     api: KubeApi | None = None
     state: ShellState = ShellState()
     loop: AdmissionLoop | None = None
+    elector: Elector | None = None  # set by `trainop run --leader-elect`
+    renew_seconds: float = 2.0
+    stopping: bool = False
     locks: dict[Key, asyncio.Lock] = {}
     requeued: dict[Key, asyncio.TimerHandle] = {}
     tasks: set[asyncio.Task[Any]] = set()
@@ -90,11 +94,47 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 16
+    # SIGTERM must end the process well inside Kubernetes' default 30 s grace period, even
+    # mid-burst: workers get 1 s to drain, and kopf kills itself if it is not out in 8 s.
+    settings.queueing.exit_timeout = 1.0
+    settings.process.ultimate_exiting_timeout = 8.0
     Runtime.api = KubeApi()
     Runtime.state = ShellState(levels=Runtime.config.topology_levels)
+    Runtime.state.leader = Runtime.elector is None
+    Runtime.stopping = False
     Runtime.locks, Runtime.requeued = {}, {}
     Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
     _spawn(Runtime.loop.run())
+    if Runtime.elector is not None:
+        _spawn(_lead(Runtime.elector))
+
+
+async def _lead(elector: Elector) -> None:
+    """Hold the Lease: renew every `renew_seconds`; a new leader reconciles every job once."""
+    while not Runtime.stopping:
+        try:
+            held = await asyncio.to_thread(elector.step)
+        except Exception:  # never let a bad answer end the election: just not leader
+            log.exception("leader election step failed")
+            held = False
+        if Runtime.stopping:
+            return  # shutting down: the cleanup handler releases the Lease
+        if Runtime.state.set_leader(held):
+            log.info("leader election: %s", "leading" if held else "standing by")
+            if held:
+                for key in sorted(Runtime.state.jobs):
+                    _spawn(reconcile_job(key))
+        await asyncio.sleep(Runtime.renew_seconds)
+
+
+@kopf.on.cleanup()
+async def release_lease(**_: Any) -> None:
+    """On SIGTERM: give the Lease up at once so the standby takes over without waiting."""
+    Runtime.stopping = True
+    Runtime.state.leader = False
+    if Runtime.elector is not None:
+        await asyncio.to_thread(Runtime.elector.release)
+        log.info("leader election: Lease released")
 
 
 def _spawn(coro: Any) -> None:
@@ -271,7 +311,7 @@ async def reconcile_job(key: Key) -> None:
     async with lock:
         state = Runtime.state
         body = state.job(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if not state.leader or body is None or body["metadata"].get("deletionTimestamp"):
             return
         started = time.monotonic()
         try:

@@ -134,7 +134,7 @@ class AdmissionLoop:
                 await asyncio.wait_for(self.wake.wait(), timeout)
             await asyncio.sleep(self.debounce)
             self.wake.clear()
-            if not self.state.synced:
+            if not (self.state.synced and self.state.leader):
                 next_at = None
                 continue
             try:

@@ -134,6 +134,9 @@ class ShellState:
     decisions: dict[Key, Any] = field(default_factory=dict)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     synced: bool = False
+    # Leader election (kube.lease): a standby keeps every cache warm but decides nothing
+    # and writes nothing; True when the operator runs without election (one replica).
+    leader: bool = True
     revision: int = 0
     on_change: Callable[[], None] | None = None
     _snapshot: Snapshot | None = None
@@ -151,6 +154,15 @@ class ShellState:
         if not self.synced:
             self.synced = True
             self.touch()
+
+    def set_leader(self, leader: bool) -> bool:
+        """Record the election outcome; True when it changed (a new leader catches up)."""
+        if leader == self.leader:
+            return False
+        self.leader = leader
+        if leader:
+            self.touch()
+        return True
 
     # --- nodes ---------------------------------------------------------------------------
     def upsert_node(self, body: Mapping[str, Any]) -> None:
