@@ -568,6 +568,21 @@ def _start_gang(
     return finish(requeue=1.0)
 
 
+def rejected_status(
+    body: Mapping[str, Any], message: str, now: datetime
+) -> tuple[dict[str, Any], list[Event]]:
+    """Status of a job whose gang the API server refused for good (e.g. 422 Invalid):
+    Invalid with reason Rejected, one Warning Event; no pods (the shell deleted them)."""
+    st = _Status(body, now)
+    st.enter(
+        "Invalid",
+        "Rejected",
+        f"{message}; fix the spec: the job is tried again when its spec changes",
+        warning=True,
+    )
+    return st.new, st.events
+
+
 def preempted_status(
     body: Mapping[str, Any], reason: str, message: str, now: datetime
 ) -> dict[str, Any]:

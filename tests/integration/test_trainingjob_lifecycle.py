@@ -218,6 +218,25 @@ def test_semantic_error_sets_invalid_and_creates_no_pods(kube: Kube, namespace: 
     assert not _pods(kube, namespace, "nogpu")
 
 
+def test_pods_the_apiserver_refuses_make_the_job_invalid_with_nothing_left(
+    kube: Kube, namespace: str
+) -> None:
+    """A template the CRD lets through (it is opaque there) but the Pod API refuses: the
+    error reaches the job's status and Events, no pod is left, and it is not retried."""
+    job = _job(namespace, "refused")
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS"
+    kube.apply(job)
+    tj = _wait_phase(kube, namespace, "refused", "Invalid")
+    cond = next(c for c in tj["status"]["conditions"] if c["type"] == "Invalid")
+    assert cond["reason"] == "Rejected"
+    assert "Pod refused-worker-0: 422" in cond["message"], cond["message"]
+    assert any(
+        e["reason"] == "Rejected" and e["type"] == "Warning"
+        for e in kube.events_for(namespace, "refused")
+    )
+    kube.wait_for("no pod left", lambda: not _pods(kube, namespace, "refused"))
+
+
 def test_operator_killed_mid_job_converges(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -178,7 +178,16 @@ class LocalCluster:
         nodes = fleet.node_manifests(the_fleet)
         # JSON, not YAML: a label such as "08" must stay a string whatever parser reads it.
         doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=doc)
+        # A large fleet (bench-scale's 1,000-2,000 nodes) takes a while on a busy apiserver.
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            input=doc,
+            timeout=max(60.0, 0.3 * len(nodes)),
+        )
         # allocatable/capacity live in status, which apply of a Node does not write on update.
         wanted = {n["metadata"]["name"] for n in nodes}
         existing = self.get_json("nodes")["items"]

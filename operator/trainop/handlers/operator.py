@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from trainop import metrics
@@ -32,12 +31,20 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.kube.client import KubeApi
+from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, job_ref, parse_spec
 from trainop.queueing.cluster import PassResult
 from trainop.queueing.model import JobDecision
-from trainop.reconcile import ADMIT_ALL, Actions, Admission, preempted_status, reconcile
+from trainop.reconcile import (
+    ADMIT_ALL,
+    Actions,
+    Admission,
+    preempted_status,
+    reconcile,
+    rejected_status,
+)
 
 log = logging.getLogger("trainop.operator")
 
@@ -313,6 +320,10 @@ async def reconcile_job(key: Key) -> None:
         body = state.job(key)
         if not state.leader or body is None or body["metadata"].get("deletionTimestamp"):
             return
+        if key in state.rejected:
+            if state.rejected[key] == body["metadata"].get("generation"):
+                return  # refused for good; tried again once the spec changes
+            del state.rejected[key]
         started = time.monotonic()
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))
@@ -323,6 +334,7 @@ async def reconcile_job(key: Key) -> None:
             now = datetime.now(UTC).replace(tzinfo=None)
             acts = reconcile(body, pods, state.snapshot, current_config(), now, admission)
             await _apply(key[0], key[1], body, acts)
+            state.failures.pop(key, None)
             if admission.admitted and admission.plan is not None:
                 state.decisions.pop(key, None)  # carried out: the next gang decides anew
         except Exception as exc:
@@ -339,20 +351,49 @@ async def reconcile_job(key: Key) -> None:
 
 
 async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> None:
-    """A decision could not be carried out: free what was assumed, tell the user, retry."""
-    Runtime.state.forget(key)
-    Runtime.state.decisions.pop(key, None)
-    what = _describe(exc)
-    log.warning("reconcile of %s/%s failed: %s", *key, what)
-    with contextlib.suppress(Exception):  # posting an Event is best effort
-        await _event(body, "Warning", "ReconcileError", what)
-    _requeue(key, 5.0)
+    """A decision could not be carried out: free what was assumed, then either retry with
+    capped backoff (transient) or, for good (permanent), delete what was half-created and
+    tell the user on the job's status and in a Warning Event."""
+    state = Runtime.state
+    state.forget(key)
+    state.decisions.pop(key, None)
+    failure = classify(exc)
+    log.warning("reconcile of %s/%s failed (%s): %s", *key, failure.kind, failure.message)
+    if not failure.permanent:
+        attempt = state.failures[key] = state.failures.get(key, 0) + 1
+        if attempt in (1, 5) or attempt % 20 == 0:  # loud, but not an Event per retry
+            with contextlib.suppress(Exception):
+                await _event(body, "Warning", "RetryingAfterError", failure.message)
+        _requeue(key, backoff(attempt))
+        return
+    api = Runtime.api
+    assert api is not None
+    with contextlib.suppress(Exception):
+        for pod in state.job_pods(key, body["metadata"].get("uid")):
+            state.inflight.pop((key[0], pod["metadata"]["name"]), None)
+            await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
+        now = datetime.now(UTC).replace(tzinfo=None)
+        status, events = rejected_status(body, failure.message, now)
+        written = await asyncio.to_thread(
+            api.patch_job_status, key[0], key[1], status, body.get("status") or {}
+        )
+        if written is not None:
+            state.record_written(key, written)
+        for etype, reason, message in events:
+            await _event(body, etype, reason, message)
+    state.rejected[key] = body["metadata"].get("generation")
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, ApiException):
-        return f"API error {exc.status} {exc.reason}: {str(exc.body)[:500]}"
-    return f"{type(exc).__name__}: {exc}"
+    return classify(exc).message
+
+
+async def _write(what: str, call: Any, *args: Any) -> Any:
+    """One API write in a worker thread; a failure names the object it was about."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except Exception as exc:
+        raise ApplyError(what, exc) from exc
 
 
 async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
@@ -364,17 +405,17 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         await asyncio.to_thread(api.delete_pod, ns, pod)
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
-        await asyncio.to_thread(api.create, secret)
+        await _write(f"Secret {acts.needs_ssh_secret}", api.create, secret)
     pods = [o for o in acts.create if o["kind"] == "Pod"]
     if pods:  # from here the GPUs count as taken until the watch shows the pods
         held = {p["metadata"]["name"]: state.holding(p) for p in pods}
         state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
     for obj in acts.create:
-        created = await asyncio.to_thread(api.create, obj)
+        created = await _write(f"{obj['kind']} {obj['metadata']['name']}", api.create, obj)
         if obj["kind"] == "Pod" and created is not None:
             state.created(obj)
     for pod in acts.ungate:
-        await asyncio.to_thread(api.ungate_pod, ns, pod, acts.keep_gates.get(pod, []))
+        await _write(f"Pod {pod} (release)", api.ungate_pod, ns, pod, acts.keep_gates.get(pod, []))
     old_status = body.get("status") or {}
     if acts.status and acts.status != old_status:
         written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)

@@ -133,6 +133,11 @@ class ShellState:
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
     decisions: dict[Key, Any] = field(default_factory=dict)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The error channel: transient failures in a row per job (for capped backoff), and the
+    # generation of a job whose decision the API server rejected for good (not retried
+    # until the spec changes).
+    failures: dict[Key, int] = field(default_factory=dict)
+    rejected: dict[Key, int | None] = field(default_factory=dict)
     synced: bool = False
     # Leader election (kube.lease): a standby keeps every cache warm but decides nothing
     # and writes nothing; True when the operator runs without election (one replica).
@@ -261,6 +266,8 @@ class ShellState:
         self.jobs.pop(key, None)
         self.written.pop(key, None)
         self.decisions.pop(key, None)
+        self.failures.pop(key, None)
+        self.rejected.pop(key, None)
         self.assumed.pop(key, None)
         self._drop_inflight(key)
         self.touch()
