@@ -14,6 +14,7 @@ A job's reconcile reads the admission loop's verdict for it and never runs admis
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -30,7 +31,7 @@ from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
-from trainop.kube.client import KubeApi
+from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
@@ -106,6 +107,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.exit_timeout = 1.0
     settings.process.ultimate_exiting_timeout = 8.0
     Runtime.api = KubeApi()
+    asyncio.get_running_loop().set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="trainop-api")
+    )
     Runtime.state = ShellState(levels=Runtime.config.topology_levels)
     Runtime.state.leader = Runtime.elector is None
     Runtime.stopping = False
@@ -400,9 +404,9 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     api = Runtime.api
     assert api is not None
     state = Runtime.state
-    for pod in acts.delete_pods:
-        state.inflight.pop((ns, pod), None)
-        await asyncio.to_thread(api.delete_pod, ns, pod)
+    for gone in acts.delete_pods:
+        state.inflight.pop((ns, gone), None)
+    await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
         await _write(f"Secret {acts.needs_ssh_secret}", api.create, secret)
@@ -410,12 +414,25 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     if pods:  # from here the GPUs count as taken until the watch shows the pods
         held = {p["metadata"]["name"]: state.holding(p) for p in pods}
         state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
-    for obj in acts.create:
-        created = await _write(f"{obj['kind']} {obj['metadata']['name']}", api.create, obj)
-        if obj["kind"] == "Pod" and created is not None:
-            state.created(obj)
-    for pod in acts.ungate:
-        await _write(f"Pod {pod} (release)", api.ungate_pod, ns, pod, acts.keep_gates.get(pod, []))
+    others = [o for o in acts.create if o["kind"] != "Pod"]
+    for obj in others:  # Service, ConfigMap, claim templates: before the pods that use them
+        await _write(f"{obj['kind']} {obj['metadata']['name']}", api.create, obj)
+    results = await asyncio.gather(
+        *(_write(f"Pod {p['metadata']['name']}", api.create, p) for p in pods),
+        return_exceptions=True,
+    )
+    for new, created in zip(pods, results, strict=True):
+        if created is not None and not isinstance(created, BaseException):
+            state.created(new)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
+    await asyncio.gather(
+        *(
+            _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))
+            for p in acts.ungate
+        )
+    )
     old_status = body.get("status") or {}
     if acts.status and acts.status != old_status:
         written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)

@@ -26,12 +26,20 @@ def load_kube_config(kubeconfig: str | None = None) -> None:
         config.load_kube_config(config_file=kubeconfig)
 
 
+# Concurrent API calls the operator makes (worker threads and pooled HTTP connections): a
+# burst of hundreds of gangs is created in parallel, not 6 calls at a time.
+CONCURRENCY = 32
+
+
 class KubeApi:
     """The only writer: every call tolerates the object already being in the wanted state."""
 
     def __init__(self) -> None:
-        self.core = client.CoreV1Api()
-        self.custom = client.CustomObjectsApi()
+        cfg = client.Configuration.get_default_copy()
+        cfg.connection_pool_maxsize = CONCURRENCY
+        api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
 
     def create(self, obj: Mapping[str, Any]) -> bool | None:
         """Create; False when it already exists (409), so replays never duplicate; None when
