@@ -209,7 +209,7 @@ class AdmissionLoop:
             verdict = Verdict(admission, meta.get("uid"), meta.get("generation"))
             if admitted:
                 assert isinstance(plan, Plan)
-                state.assume(key, plan_pods(plan), now, plan)
+                state.assume(key, plan_pods(plan), now)
             old = state.decisions.get(key)
             if old != verdict:
                 state.decisions[key] = verdict

@@ -102,7 +102,6 @@ class Assumed:
 
     pods: dict[str, tuple[str, str, int]]  # pod name -> (BY_NAME | BY_HOSTNAME, node, GPUs)
     expires: float
-    plan: Any = None  # the planner's Plan the reconcile creates
 
     def pending(self, visible: Iterable[str]) -> dict[str, tuple[str, str, int]]:
         seen = set(visible)
@@ -257,7 +256,7 @@ class ShellState:
     def upsert_job(self, body: Mapping[str, Any]) -> None:
         key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
         old = self.jobs.get(key)
-        self.jobs[key] = copy.deepcopy(dict(body))
+        self.jobs[key] = _slim_job(body)
         if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
             self.touch()
 
@@ -274,7 +273,7 @@ class ShellState:
 
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
-        self.written[key] = dict(body)
+        self.written[key] = _slim_job(body)
 
     def job(self, key: Key) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
@@ -332,11 +331,9 @@ class ShellState:
             self.touch()
 
     # --- assume / forget -----------------------------------------------------------------
-    def assume(
-        self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float, plan: Any = None
-    ) -> None:
+    def assume(self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
         """Count a gang's GPUs as used from now on (its pods are about to be created)."""
-        self.assumed[key] = Assumed(dict(pods), now + self.assume_ttl, plan)
+        self.assumed[key] = Assumed(dict(pods), now + self.assume_ttl)
         self._settle_assumed(key)
         self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
 
@@ -418,6 +415,15 @@ class ShellState:
         self._snapshot = Snapshot(nodes=tuple(infos), levels=self.levels)
         self._snapshot_revision = self.revision
         return self._snapshot
+
+
+def _slim_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a TrainingJob without managedFields (a large part of every body that
+    nothing in trainop reads; at thousands of jobs it is most of the cache)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    out = {k: v for k, v in body.items() if k != "metadata"}
+    out["metadata"] = meta
+    return copy.deepcopy(out)
 
 
 def _meta_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
