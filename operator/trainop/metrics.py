@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
-JOBS = Gauge(
-    "trainop_jobs",
+_JOBS_HELP = (
     "TrainingJobs by phase (Queued|Admitted|Running|Restarting|Succeeded|Failed|Suspended|Invalid), "
-    "queue (TrainingQueue name, '' for none) and framework (pytorch|tensorflow|jax|mpi|paddle|mxnet).",
-    ["phase", "queue", "framework"],
+    "queue (the TrainingQueue that admitted it, else the one it names; '' for none) and "
+    "framework (pytorch|tensorflow|jax|mpi|paddle|mxnet); counted from the operator's job "
+    "cache at every scrape, so a restart or a missed transition cannot make it drift."
 )
+
+
+class _JobsCollector:
+    """trainop_jobs, computed at scrape time from `source` (the shell's job bodies)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "trainop_jobs", _JOBS_HELP, labels=["phase", "queue", "framework"]
+        )
+        bodies: list[Mapping[str, Any]] = []
+        for _ in range(3):  # the event loop may change the cache while this thread reads it
+            try:
+                bodies = list(self.source()) if self.source is not None else []
+                break
+            except RuntimeError:
+                continue
+        for labels, value in sorted(count_jobs(bodies).items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
 ADMISSION_WAIT = Histogram(
     "trainop_admission_wait_seconds",
     "Seconds from TrainingJob creation to its gang being admitted and placed; label queue.",
@@ -75,8 +100,25 @@ ADMISSION_CYCLE_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
 
-# Last phase counted per job, so the gauge moves one job from one phase to another.
-_job_phase: dict[tuple[str, str], tuple[str, str, str]] = {}
+
+def job_queue(body: Mapping[str, Any]) -> str:
+    """The queue that admitted the job (status.queue) or, before that, the one it asked for."""
+    return str(
+        (body.get("status") or {}).get("queue") or (body.get("spec") or {}).get("queue") or ""
+    )
+
+
+def count_jobs(bodies: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
+    """(phase, queue, framework) -> jobs, from the job bodies themselves (pure)."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for body in bodies:
+        phase = (body.get("status") or {}).get("phase")
+        if not phase:
+            continue
+        framework = ((body.get("spec") or {}).get("framework") or {}).get("name", "")
+        key = (str(phase), job_queue(body), str(framework))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _parse(ts: str | None) -> datetime | None:
@@ -91,17 +133,11 @@ def _parse(ts: str | None) -> datetime | None:
 def observe_transition(
     body: Mapping[str, Any], old: str | None, new: str, status: Mapping[str, Any]
 ) -> None:
+    """Histograms and counters of a phase change (trainop_jobs comes from set_job_counts)."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    key = (meta.get("namespace", ""), meta.get("name", ""))
-    queue = spec.get("queue") or ""
+    queue = str(status.get("queue") or spec.get("queue") or "")
     framework = (spec.get("framework") or {}).get("name", "")
-    prev = _job_phase.get(key)
-    if prev is not None:
-        JOBS.labels(*prev).dec()
-    labels = (new, queue, framework)
-    JOBS.labels(*labels).inc()
-    _job_phase[key] = labels
     created = _parse(meta.get("creationTimestamp"))
     now = datetime.utcnow()
     if new == "Admitted" and created is not None and old in (None, "Queued", "Created"):
@@ -117,7 +153,5 @@ def observe_transition(
         RESTARTS.labels((conds.get("Restarting") or {}).get("reason", "GangRestart")).inc()
 
 
-def forget_job(namespace: str, name: str) -> None:
-    prev = _job_phase.pop((namespace, name), None)
-    if prev is not None:
-        JOBS.labels(*prev).dec()
+JOBS = _JobsCollector()
+REGISTRY.register(JOBS)

@@ -46,6 +46,9 @@ class OperatorConfig:
     compat_affinity: bool = True
     restart_backoff_seconds: float = 10.0
     restart_backoff_max_seconds: float = 300.0
+    # A running gang whose node has not been Ready for this long is restarted elsewhere
+    # (not counted against backoffLimit), as Kubernetes evicts after its NotReady toleration.
+    node_lost_seconds: float = 60.0
     # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"

@@ -465,6 +465,22 @@ def reconcile(
         )
         return finish(requeue=1.0)
 
+    bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
+    broken = (
+        _broken_nodes(bound, snapshot_for_planning(), now, config.node_lost_seconds)
+        if bound
+        else []
+    )
+    if broken:
+        delete_all()
+        st.enter(
+            "Restarting",
+            "NodeLost",
+            f"{'; '.join(broken)}; restarting the whole gang elsewhere (not counted against "
+            "backoffLimit)",
+            warning=True,
+        )
+        return finish(requeue=1.0)
     if all(_phase(p) in ("Running", "Succeeded") for p in live):
         st.enter("Running", "AllPodsRunning", f"{len(live)} pods running")
         return finish(requeue=5.0)
@@ -478,6 +494,31 @@ def reconcile(
         )
         return finish(requeue=1.0)
     return finish(requeue=2.0)
+
+
+def _broken_nodes(
+    pods: Sequence[Mapping[str, Any]], snapshot: Snapshot, now: datetime, grace: float
+) -> list[str]:
+    """Why the nodes under a started gang can no longer carry it: the node was deleted, has
+    not been Ready for `grace` seconds, or lost GPUs (allocatable fell below what its pods
+    hold, e.g. a GPU fell off the bus). One phrase per node, sorted."""
+    out = []
+    for node_name in sorted(
+        {str((p.get("spec") or {}).get("nodeName") or "") for p in pods} - {""}
+    ):
+        node = snapshot.get(node_name)
+        if node is None:
+            out.append(f"node {node_name} was deleted")
+            continue
+        since = parse_time((node.not_ready_since or "").replace(".000000", ""))
+        if since is not None and (now - since).total_seconds() >= grace:
+            out.append(f"node {node_name} has not been Ready since {node.not_ready_since}")
+        elif node.gpus_used > node.gpus_allocatable:
+            out.append(
+                f"node {node_name} lost GPUs: {node.gpus_allocatable} allocatable, "
+                f"{node.gpus_used} held"
+            )
+    return out
 
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:

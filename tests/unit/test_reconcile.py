@@ -1333,3 +1333,72 @@ def test_release_keeps_other_controllers_gates(monkeypatch: pytest.MonkeyPatch) 
         ("team-a", W0, [{"name": "example.com/quota"}]),
         ("team-a", W1, [{"name": "example.com/quota"}]),
     ]
+
+
+# --- nodes that fail under a running gang (NodeLost, not counted) ------------------------------
+
+
+def _bound(name: str, node: str, gpus: int = 8) -> dict[str, Any]:
+    p = pod(name).on(node).running().build()
+    p["spec"]["nodeName"] = node
+    p["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return p
+
+
+def _fleet(change: Callable[[dict[str, Any]], None] | None = None, drop: str | None = None):
+    from tests.unit.jobs import fleet_nodes
+    from trainop.inventory import build_snapshot
+
+    nodes = [n for n in fleet_nodes() if n["metadata"]["name"] != drop]
+    for n in nodes:
+        n.setdefault("status", {}).setdefault("conditions", [{"type": "Ready", "status": "True"}])
+        if change is not None and n["metadata"]["name"] == "a100-01":
+            change(n)
+    gang = [_bound(W0, "a100-01"), _bound(W1, "a100-02")]
+    return gang, (lambda: build_snapshot(nodes, gang))
+
+
+def _not_ready(seconds_ago: float) -> Callable[[dict[str, Any]], None]:
+    def change(n: dict[str, Any]) -> None:
+        n["status"]["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "lastTransitionTime": ago(seconds_ago),
+            }
+        ]
+
+    return change
+
+
+def _gpus(count: int) -> Callable[[dict[str, Any]], None]:
+    def change(n: dict[str, Any]) -> None:
+        n["status"]["allocatable"]["nvidia.com/gpu"] = str(count)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "drop", "restarts", "phrase"),
+    [
+        pytest.param(None, "a100-01", True, "node a100-01 was deleted", id="node-deleted"),
+        pytest.param(_not_ready(120), None, True, "has not been Ready since", id="not-ready-120s"),
+        pytest.param(_not_ready(10), None, False, "", id="not-ready-10s-within-grace"),
+        pytest.param(_gpus(4), None, True, "lost GPUs: 4 allocatable, 8 held", id="gpu-fell-off"),
+        pytest.param(None, None, False, "", id="healthy"),
+    ],
+)
+def test_a_failing_node_restarts_the_whole_gang_without_counting(
+    change: Any, drop: str | None, restarts: bool, phrase: str
+) -> None:
+    gang, snapshot = _fleet(change, drop)
+    acts = run(running(), gang, snapshot=snapshot)
+    if not restarts:
+        assert acts.status["phase"] == "Running" and not acts.delete_pods
+        return
+    assert acts.status["phase"] == "Restarting"
+    assert cond(acts.status, "Restarting")["reason"] == "NodeLost"
+    assert phrase in cond(acts.status, "Restarting")["message"]
+    assert sorted(acts.delete_pods) == [W0, W1]
+    assert int(acts.status.get("restartCount") or 0) == 0

@@ -229,3 +229,28 @@ def test_a_job_in_restart_backoff_is_not_admitted() -> None:
     state.upsert_job(body)
     run_cycle(state)
     assert ("team-a", "bert") not in state.decisions
+
+
+def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
+    from trainop import metrics
+
+    queued = new_job("a")
+    queued["status"] = {"phase": "Queued"}
+    running = new_job("b")
+    running["spec"]["queue"] = "asked"
+    running["status"] = {"phase": "Running", "queue": "team-a-default"}
+    fresh = new_job("c")  # no status yet: not counted
+    counts = metrics.count_jobs([queued, running, fresh])
+    assert counts == {("Queued", "", "pytorch"): 1, ("Running", "team-a-default", "pytorch"): 1}
+    state = fleet_state()
+    for body in (queued, running, fresh):
+        state.upsert_job(body)
+    metrics.JOBS.source = state.job_bodies
+    try:
+        family = next(iter(metrics.JOBS.collect()))
+        assert {tuple(s.labels.values()): s.value for s in family.samples} == {
+            ("Queued", "", "pytorch"): 1,
+            ("Running", "team-a-default", "pytorch"): 1,
+        }
+    finally:
+        metrics.JOBS.source = None

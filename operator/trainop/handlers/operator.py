@@ -111,6 +111,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         concurrent.futures.ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="trainop-api")
     )
     Runtime.state = ShellState(levels=Runtime.config.topology_levels)
+    metrics.JOBS.source = Runtime.state.job_bodies
     Runtime.state.leader = Runtime.elector is None
     Runtime.stopping = False
     Runtime.locks, Runtime.requeued = {}, {}
@@ -247,7 +248,6 @@ async def on_pod_event(
 async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
     if _deleted(event):
         Runtime.state.remove_job(namespace, name)
-        metrics.forget_job(namespace, name)
         return
     await reconcile_job((namespace, name))
 

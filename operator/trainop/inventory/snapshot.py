@@ -71,6 +71,9 @@ class NodeInfo:
     images: frozenset[str]
     taints: tuple[Taint, ...]
     unschedulable_reason: str | None = None  # a short phrase when not schedulable, e.g. "cordoned"
+    # When a node that is not Ready stopped being Ready (its Ready condition's
+    # lastTransitionTime, as the API writes it); None while Ready.
+    not_ready_since: str | None = field(default=None, compare=False)
     # What makes nodes interchangeable for eligibility (GPU facts, labels other than topology
     # and hostname, taints, GPU count): nodes of one class get the same compatibility verdict,
     # so the planner works a verdict out once per class, not once per node (see planner).
@@ -312,7 +315,13 @@ def node_info(
     images = frozenset(
         str(n) for img in _get(node, "status", "images") or () for n in (img.get("names") or ())
     )
+    since = None
+    if not ready:
+        for cond in _get(node, "status", "conditions") or ():
+            if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+                since = str(cond.get("lastTransitionTime") or "") or None
     return NodeInfo(
+        not_ready_since=since,
         name=str(name),
         labels=labels,
         gpu=gpu,
