@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-scale test-faults clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -27,6 +27,11 @@ test-unit: install
 
 test-integration: install build-binaries
 	$(PYTEST) tests/integration
+
+# Fault tests at full size: bursts of 200 jobs with the operator killed, 60 jobs under 20%
+# injected API errors (the short variants run in `make test`).
+test-faults: install build-binaries
+	TRAINOP_FAULTS_LONG=1 $(PYTEST) tests/integration/test_faults.py
 
 test-e2e: install
 	$(PYTEST) tests/e2e

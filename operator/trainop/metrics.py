@@ -90,6 +90,10 @@ API_WRITES = Counter(
     "TrainingQueue|ResourceClaimTemplate).",
     ["verb", "kind"],
 )
+API_FAULTS_INJECTED = Counter(
+    "trainop_api_faults_injected_total",
+    "API errors injected by TRAINOP_FAULTS (tests only; always 0 in production).",
+)
 ADMISSION_CYCLES = Counter(
     "trainop_admission_cycles_total",
     "Admission cycles run by the operator's admission loop.",

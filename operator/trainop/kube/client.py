@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import random
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -26,6 +28,30 @@ def load_kube_config(kubeconfig: str | None = None) -> None:
         config.load_kube_config(config_file=kubeconfig)
 
 
+class FaultInjector:
+    """Test-only client fault injection: TRAINOP_FAULTS="rate=0.2,codes=429:503" makes that
+    share of trainop's own writes fail before they are sent, with one of those status codes,
+    so tests can prove retries with backoff, no crash and no lost job. Off when unset."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.rate = 0.0
+        self.codes: tuple[int, ...] = (503,)
+        self.injected = 0
+        for part in (spec or "").split(","):
+            key, _, value = part.partition("=")
+            if key.strip() == "rate":
+                self.rate = float(value)
+            elif key.strip() == "codes":
+                self.codes = tuple(int(c) for c in value.split(":") if c)
+        self._rng = random.Random(int(os.environ.get("TRAINOP_FAULTS_SEED", "1")))
+
+    def maybe_fail(self) -> None:
+        if self.rate and self._rng.random() < self.rate:
+            self.injected += 1
+            metrics.API_FAULTS_INJECTED.inc()
+            raise ApiException(status=self._rng.choice(self.codes), reason="InjectedFault")
+
+
 # Concurrent API calls the operator makes (worker threads and pooled HTTP connections): a
 # burst of hundreds of gangs is created in parallel, not 6 calls at a time.
 CONCURRENCY = 32
@@ -40,6 +66,7 @@ class KubeApi:
         api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.faults = FaultInjector(os.environ.get("TRAINOP_FAULTS"))
 
     def create(self, obj: Mapping[str, Any]) -> bool | None:
         """Create; False when it already exists (409), so replays never duplicate; None when
@@ -47,6 +74,7 @@ class KubeApi:
         kind = obj["kind"]
         ns = obj["metadata"]["namespace"]
         metrics.API_WRITES.labels("create", kind).inc()
+        self.faults.maybe_fail()
         if kind == "ResourceClaimTemplate":  # DRA mode: resource.k8s.io/v1, by URL
             group, version = obj["apiVersion"].split("/")
             try:
@@ -83,6 +111,7 @@ class KubeApi:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         metrics.API_WRITES.labels("delete", "Pod").inc()
+        self.faults.maybe_fail()
         try:
             # Fake (and real) kubelets get a short grace: a broken gang must free its GPUs.
             self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=5)
@@ -93,6 +122,7 @@ class KubeApi:
     def ungate_pod(self, namespace: str, name: str, remaining_gates: list[dict[str, Any]]) -> None:
         """Remove trainop's scheduling gate (other controllers' gates stay)."""
         metrics.API_WRITES.labels("patch", "Pod").inc()
+        self.faults.maybe_fail()
         try:
             # JSON patch: a strategic merge of an empty list would keep the merged-in gates.
             patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": remaining_gates}]
@@ -106,6 +136,7 @@ class KubeApi:
     ) -> dict[str, Any] | None:
         """Merge-patch the status subresource; keys dropped since `old` are nulled out."""
         metrics.API_WRITES.labels("patch", "TrainingJob").inc()
+        self.faults.maybe_fail()
         body = dict(status)
         for key in old:
             if key not in body:
@@ -122,6 +153,7 @@ class KubeApi:
 
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         metrics.API_WRITES.labels("patch", "TrainingQueue").inc()
+        self.faults.maybe_fail()
         try:
             self.custom.patch_cluster_custom_object_status(
                 c.GROUP, c.VERSION, "trainingqueues", name, {"status": dict(status)}
