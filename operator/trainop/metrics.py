@@ -17,11 +17,14 @@ _JOBS_HELP = (
 )
 
 
-class _JobsCollector:
+class JobsCollector:
     """trainop_jobs, computed at scrape time from `source` (the shell's job bodies)."""
 
     def __init__(self) -> None:
         self.source: Callable[[], Iterable[Mapping[str, Any]]] | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("trainop_jobs", _JOBS_HELP, labels=["phase", "queue", "framework"])
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -157,5 +160,5 @@ def observe_transition(
         RESTARTS.labels((conds.get("Restarting") or {}).get("reason", "GangRestart")).inc()
 
 
-JOBS = _JobsCollector()
+JOBS = JobsCollector()
 REGISTRY.register(JOBS)

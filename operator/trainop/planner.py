@@ -172,12 +172,8 @@ def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -
             spec.framework.version,
             spec.cuda,
             image=spec.image,
-            fleet=list(
-                {
-                    n.class_key: n.gpu
-                    for n in snapshot.nodes
-                    if not products or n.gpu.product in products
-                }.values()
+            fleet=snapshot.memo(
+                ("gpu-classes", tuple(sorted(products))), lambda: _classes(snapshot, products)
             ),
         )
     except ResolutionError as exc:
@@ -216,6 +212,15 @@ def _node_verdict(
     return why
 
 
+def _classes(snapshot: Snapshot, products: set[str]) -> list[Any]:
+    """One GpuFacts per node class (of the allowed products): what image choice looks at."""
+    return list(
+        {
+            n.class_key: n.gpu for n in snapshot.nodes if not products or n.gpu.product in products
+        }.values()
+    )
+
+
 def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):
     local: dict[int, str | None] = {}  # this request's verdicts, by class
 
@@ -252,7 +257,7 @@ def _incompatible(
 
 
 def gang_request(
-    spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None
+    spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None, filter_key: Any = None
 ) -> GangRequest:
     # Ranks run across GPU groups in group order: the framework's collective roles first
     # (in its order, e.g. Chief before Worker), then any other GPU role (an evaluator), so
@@ -274,6 +279,7 @@ def gang_request(
         gpu_products=tuple(spec.placement.gpu_products),
         node_filter=node_filter,
         image=image,
+        filter_key=filter_key,
     )
 
 
@@ -293,7 +299,17 @@ def plan_job(
     incompatible = _incompatible(spec, choice, snapshot, config)
     if incompatible:
         return incompatible
-    request = gang_request(spec, ref.name, _node_filter(spec, choice, config), choice.image)
+    # Every job asking for this image on these products and fabric sees the same nodes.
+    filter_key = (
+        id(config),
+        id(choice.release),
+        choice.cuda,
+        tuple(spec.placement.gpu_products),
+        spec.network.fabric,
+    )
+    request = gang_request(
+        spec, ref.name, _node_filter(spec, choice, config), choice.image, filter_key
+    )
     result = place(snapshot, request)
     if isinstance(result, NoFit):
         return Wait("NoFit", result.reason, tuple(result.details))

@@ -61,7 +61,7 @@ def exposed() -> set[str]:
     families = [
         (fam.name, fam.type)
         for obj in vars(metrics).values()
-        if isinstance(obj, MetricWrapperBase)
+        if isinstance(obj, MetricWrapperBase | metrics.JobsCollector)
         for fam in obj.describe()
     ]
     assert len(families) >= 9, families

@@ -122,6 +122,15 @@ class Snapshot:
     _domains: dict[str, FrozenMap[TopologyPath, tuple[NodeInfo, ...]]] = field(
         init=False, repr=False, compare=False
     )
+    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False)
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """A value derived from this (immutable) snapshot alone, computed once per key. Keys
+        that start with "static" name values that do not depend on free GPUs: the what-if
+        snapshots of with_reserved / with_released inherit them."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def __post_init__(self) -> None:
         nodes = tuple(sorted(self.nodes, key=lambda n: n.name))
@@ -132,6 +141,7 @@ class Snapshot:
             raise ValueError("duplicate node names in snapshot")
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_domains", {})
+        object.__setattr__(self, "_memo", {})
 
     def node(self, name: str) -> NodeInfo:
         """The node called `name`; KeyError if the snapshot has none."""
@@ -190,7 +200,20 @@ class Snapshot:
                     f"cannot reserve {gpus} GPUs on {name}: only {node.gpus_free} free"
                 )
             updated[name] = _with_used(node, node.gpus_used + gpus)
-        return Snapshot(nodes=tuple(updated.values()), levels=self.levels)
+        return self._derived(updated)
+
+    def _derived(self, updated: dict[str, NodeInfo]) -> Snapshot:
+        # Same nodes in the same (sorted) order with new usage: skip __post_init__'s sort.
+        out = object.__new__(Snapshot)
+        object.__setattr__(out, "nodes", tuple(updated[n.name] for n in self.nodes))
+        object.__setattr__(out, "levels", self.levels)
+        object.__setattr__(out, "_by_name", updated)
+        object.__setattr__(out, "_domains", {})
+        object.__setattr__(out, "_memo", {})
+        for key, value in self._memo.items():
+            if isinstance(key, tuple) and key and key[0] == "static":
+                out._memo[key] = value
+        return out
 
     def with_released(self, reservations: Reservations) -> Snapshot:
         """A new snapshot with these GPUs given back (e.g. preemption victims); used stays >= 0."""
@@ -200,7 +223,7 @@ class Snapshot:
             if node is None:
                 raise ValueError(f"cannot release GPUs on unknown node {name!r}")
             updated[name] = _with_used(node, max(0, node.gpus_used - gpus))
-        return Snapshot(nodes=tuple(updated.values()), levels=self.levels)
+        return self._derived(updated)
 
 
 def _totals(reservations: Reservations) -> dict[str, int]:

@@ -337,14 +337,65 @@ def _exclusion_details(excluded: dict[str, list[tuple[str, str]]]) -> list[str]:
     return details
 
 
+class _Eligible:
+    """Which nodes a request may use on one snapshot, and the totals the early NoFit checks
+    read; shared by every request with the same filter key (see GangRequest.filter_key)."""
+
+    def __init__(self, nodes: list[NodeInfo], excluded: dict[str, list[tuple[str, str]]]) -> None:
+        self.nodes, self.excluded = nodes, excluded
+        self.free_total = sum(n.gpus_free for n in nodes)
+        self.alloc_total = sum(n.gpus_allocatable for n in nodes)
+        self._biggest: NodeInfo | None = None
+        self._freest: NodeInfo | None = None
+
+    @property
+    def biggest(self) -> NodeInfo | None:
+        if self._biggest is None and self.nodes:
+            self._biggest = min(
+                self.nodes, key=lambda n: (-n.gpus_allocatable, -n.gpus_free, n.name)
+            )
+        return self._biggest
+
+    @property
+    def freest(self) -> NodeInfo | None:
+        if self._freest is None and self.nodes:
+            self._freest = min(self.nodes, key=lambda n: (-n.gpus_free, n.name))
+        return self._freest
+
+
+def _eligible(snapshot: Snapshot, request: GangRequest) -> _Eligible:
+    if request.filter_key is None:
+        return _Eligible(*_eligibility(snapshot, request))
+    key = (request.filter_key, request.gpu_products)
+
+    def which() -> tuple[tuple[str, ...], dict[str, list[tuple[str, str]]]]:
+        nodes, excluded = _eligibility(snapshot, request)
+        return tuple(n.name for n in nodes), excluded
+
+    # Which nodes are eligible does not depend on free GPUs, so it survives the what-if
+    # snapshots admission derives (Snapshot.with_reserved keeps "static" entries).
+    names, excluded = snapshot.memo(("static", "eligible", key), which)
+
+    def totals() -> _Eligible:
+        return _Eligible([snapshot.node(n) for n in names], excluded)
+
+    found: _Eligible = snapshot.memo(("eligible", key), totals)
+    return found
+
+
 def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
     """Place every replica of the gang or none; deterministic for equal inputs."""
     gang = _Gang(request)
     if not gang.reps:
         return _placement(snapshot, request, gang, [], CLUSTER, (), "")
 
-    gpu_nodes = [n for n in snapshot.nodes if n.gpus_allocatable > 0]
-    if request.gpu_products and not any(n.gpu.product in request.gpu_products for n in gpu_nodes):
+    if request.gpu_products and not snapshot.memo(
+        ("static", "has-product", request.gpu_products),
+        lambda: any(
+            n.gpus_allocatable > 0 and n.gpu.product in request.gpu_products for n in snapshot.nodes
+        ),
+    ):
+        gpu_nodes = [n for n in snapshot.nodes if n.gpus_allocatable > 0]
         present: dict[str, int] = defaultdict(int)
         for n in gpu_nodes:
             present[n.gpu.product or "unknown"] += 1
@@ -354,7 +405,8 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
             f"products present: {listing or 'none (no node has GPUs)'}",
         )
 
-    eligible, excluded = _eligibility(snapshot, request)
+    found = _eligible(snapshot, request)
+    eligible, excluded = found.nodes, found.excluded
     details = _exclusion_details(excluded)
     if not eligible:
         if not snapshot.nodes:
@@ -363,13 +415,13 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
             f"no node can run the job: {'; '.join(_exclusion_summary(excluded))}", tuple(details)
         )
 
-    free_total = sum(n.gpus_free for n in eligible)
-    alloc_total = sum(n.gpus_allocatable for n in eligible)
+    free_total, alloc_total = found.free_total, found.alloc_total
     details.append(
         f"{_plural(len(eligible), 'eligible node')} with {free_total} free GPUs "
         f"of {alloc_total} allocatable"
     )
-    biggest_node = min(eligible, key=lambda n: (-n.gpus_allocatable, -n.gpus_free, n.name))
+    biggest_node = found.biggest
+    assert biggest_node is not None and found.freest is not None
     if gang.largest > biggest_node.gpus_allocatable:
         return NoFit(
             f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} GPUs on one "
@@ -383,7 +435,7 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
             f"({alloc_total} allocatable, {alloc_total - free_total} in use)",
             tuple(details),
         )
-    freest = min(eligible, key=lambda n: (-n.gpus_free, n.name))
+    freest = found.freest
     if gang.largest > freest.gpus_free:
         return NoFit(
             f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} free GPUs on "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from trainop.inventory import FrozenMap, NodeInfo, TopologyPath
 
@@ -49,6 +49,9 @@ class GangRequest:
     gpu_products: tuple[str, ...] = ()
     node_filter: NodeFilter | None = field(default=None, compare=False)
     image: str | None = None
+    # What node_filter depends on (hashable), when the caller can say: requests with equal
+    # keys get the same eligibility, which place() then works out once per snapshot.
+    filter_key: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
