@@ -254,3 +254,24 @@ def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
         }
     finally:
         metrics.JOBS.source = None
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tell"),
+    [
+        pytest.param(None, (False, "NoFit", "m", 40), True, id="first-verdict"),
+        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 40), False, id="same"),
+        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 39), False, id="deep-move"),
+        pytest.param((False, "NoFit", "m", 11), (False, "NoFit", "m", 10), True, id="front-move"),
+        pytest.param((False, "NoFit", "m", 40), (False, "Quota", "m", 40), True, id="reason"),
+        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m2", 40), True, id="message"),
+    ],
+)
+def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool) -> None:
+    from trainop.handlers.scheduler import Verdict, _worth_telling
+    from trainop.reconcile import Admission
+
+    def verdict(v: Any) -> Verdict | None:
+        return None if v is None else Verdict(Admission(*v), "uid", 1)
+
+    assert _worth_telling(verdict(old), verdict(new)) is tell  # type: ignore[arg-type]

@@ -50,6 +50,24 @@ class Verdict:
     generation: int | None
 
 
+# Queue positions up to this are written to status as they move; further back, a job's
+# position is refreshed only with its next status change (a deep queue would otherwise
+# rewrite every waiting job's status on every admission).
+POSITIONS_TRACKED = 10
+
+
+def _worth_telling(old: Verdict | None, new: Verdict) -> bool:
+    """Whether a new verdict must reach the job now (a reconcile, maybe a status write)."""
+    if old is None or old.uid != new.uid or old.generation != new.generation:
+        return True
+    a, b = old.admission, new.admission
+    if (a.admitted, a.reason, a.message, a.plan) != (b.admitted, b.reason, b.message, b.plan):
+        return True
+    if a.position == b.position:
+        return False
+    return min(a.position or 0, b.position or 0) <= POSITIONS_TRACKED
+
+
 def key_of(job_key: str) -> Key:
     ns, name = job_key.split("/", 1)
     return (ns, name)
@@ -211,7 +229,7 @@ class AdmissionLoop:
                 assert isinstance(plan, Plan)
                 state.assume(key, plan_pods(plan), now)
             old = state.decisions.get(key)
-            if old != verdict:
-                state.decisions[key] = verdict
+            state.decisions[key] = verdict
+            if _worth_telling(old, verdict):
                 changed.append(key)
         return changed
