@@ -178,7 +178,8 @@ def test_written_status_wins_until_the_watch_catches_up() -> None:
     newer["metadata"]["resourceVersion"] = "6"
     newer["status"] = {"phase": "Queued"}
     state.record_written(("team-a", "bert"), newer)
-    assert state.job(("team-a", "bert"))["status"] == {"phase": "Queued"}
+    got = state.job(("team-a", "bert"))
+    assert got is not None and got["status"] == {"phase": "Queued"}
 
 
 # --- the cycle -----------------------------------------------------------------------------
