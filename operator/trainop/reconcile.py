@@ -16,7 +16,7 @@ nodes and preemptions restart the gang without counting.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -35,6 +35,10 @@ from trainop.planner import (
     plan_job,
     success_roles,
 )
+from trainop.validation import check_names, check_priority_class, check_queue_name
+
+# pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
+QUEUE_INVALID = "QueueInvalid"
 
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
@@ -176,6 +180,7 @@ class Admission:
     message: str = ""
     position: int | None = None
     plan: Plan | None = None  # the plan admission checked quota against; used as is
+    queue: str | None = None  # the queue that decided (written to status.queue)
 
 
 ADMIT_ALL = Admission(admitted=True)
@@ -261,8 +266,12 @@ def reconcile(
     config: OperatorConfig,
     now: datetime,
     admission: Admission = ADMIT_ALL,
+    priority_classes: Collection[str] | None = None,
 ) -> Actions:
-    """Decide the next actions for one TrainingJob (see the module docstring)."""
+    """Decide the next actions for one TrainingJob (see the module docstring).
+
+    `priority_classes`: the PriorityClass names the cluster has (None: unknown, not checked);
+    a gang is never started for a job naming a missing one."""
     meta = body.get("metadata") or {}
     name = meta.get("name", "")
     st = _Status(body, now)
@@ -303,6 +312,8 @@ def reconcile(
     try:
         spec = parse_spec(body)
         check_semantics(spec)
+        check_names(name, spec)
+        check_queue_name(spec)
     except InvalidJob as exc:
         delete_all()
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
@@ -349,6 +360,11 @@ def reconcile(
     if not live:
         if deleting:
             return finish(requeue=1.0)  # old gang still going away; names are reused
+        try:  # checked before each new gang only: a running gang keeps its class
+            check_priority_class(spec, priority_classes)
+        except InvalidJob as exc:
+            st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
+            return finish()
         return _start_gang(
             body, spec, st, acts, snapshot_for_planning, config, now, admission, restarts, finish
         )
@@ -531,12 +547,16 @@ def _start_gang(
         wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
         if wait > 0:
             return finish(requeue=wait)
+    if admission.queue:  # the queue that admitted the job, or that it waits in
+        st.new["queue"] = admission.queue
     if not admission.admitted and admission.reason == "Policy":
         # Tenant policy refuses the job as written: never silently altered, never queued.
         st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
         return finish()
     if not admission.admitted:
-        st.wait(admission.reason, admission.message, admission.position)
+        # A broken queue is the tenant's to fix: the wait is loud (a Warning Event).
+        loud = admission.reason == QUEUE_INVALID
+        st.wait(admission.reason, admission.message, admission.position, warning=loud)
         return finish(requeue=5.0)
     try:
         result: Plan | Wait = admission.plan or plan_job(

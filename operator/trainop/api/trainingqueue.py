@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from trainop.api.base import ApiModel
+from trainop.api.trainingjob import Condition
 
 
 class NamespaceSelector(ApiModel):
@@ -16,13 +17,18 @@ class NamespaceSelector(ApiModel):
 
 
 class GpuQuota(ApiModel):
-    products: list[str] = Field(
+    products: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
         default_factory=list,
+        max_length=64,
         description="nvidia.com/gpu.product values this quota covers (a product group); "
         "empty covers any product.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     name: str | None = Field(
-        default=None, description="Name of the product group in status and metrics, e.g. h100."
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="Name of the product group in status and metrics, e.g. h100.",
     )
     gpus: int = Field(ge=0, description="Nominal GPUs of these products this queue may use.")
     borrowing_limit: int | None = Field(
@@ -77,6 +83,25 @@ class Preemption(ApiModel):
     )
 
 
+# Quota rules CEL can state (queueing.model.QueueState.from_spec checks the rest, e.g. a
+# name that equals another quota's derived group key).
+QUOTA_VALIDATIONS = [
+    {
+        "rule": "self.all(q, !has(q.name) || self.exists_one(o, has(o.name) && o.name == q.name))",
+        "message": "two quotas have the same name: name each product group once",
+    },
+    {
+        "rule": "self.all(q, !has(q.products) || q.products.all(p, "
+        "self.exists_one(o, has(o.products) && p in o.products)))",
+        "message": "a GPU product appears in two quotas: each product belongs to one quota",
+    },
+    {
+        "rule": "self.filter(q, !has(q.products) || size(q.products) == 0).size() <= 1",
+        "message": "only one quota may leave products empty (it covers any other product)",
+    },
+]
+
+
 class TrainingQueueSpec(ApiModel):
     """Desired state of a TrainingQueue."""
 
@@ -89,7 +114,10 @@ class TrainingQueueSpec(ApiModel):
         description="Jobs in served namespaces that name no queue go to this one.",
     )
     quotas: list[GpuQuota] = Field(
-        default_factory=list, description="GPU quotas per product group."
+        default_factory=list,
+        max_length=64,
+        description="GPU quotas per product group; a product belongs to one quota only.",
+        json_schema_extra={"x-kubernetes-validations": QUOTA_VALIDATIONS},
     )
     cohort: str | None = Field(
         default=None, description="Queues of one cohort lend each other idle quota."
@@ -122,6 +150,11 @@ class ProductUsage(ApiModel):
 
 
 class TrainingQueueStatus(ApiModel):
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Active: True when the operator can use the queue; False with the reason "
+        "(e.g. InvalidSpec) when it is broken: its jobs then wait (pendingReason QueueInvalid).",
+    )
     usage: list[ProductUsage] = Field(default_factory=list, description="Per product group.")
     admitted_jobs: int = Field(default=0, description="Jobs admitted and not finished.")
     pending_jobs: int = Field(default=0, description="Jobs waiting.")
