@@ -46,6 +46,9 @@ class OperatorConfig:
     compat_affinity: bool = True
     restart_backoff_seconds: float = 10.0
     restart_backoff_max_seconds: float = 300.0
+    # A gang whose image cannot be pulled (ErrImagePull / ImagePullBackOff) this long after
+    # it was created fails (reason ImagePullFailed) instead of waiting for ever.
+    image_pull_grace_seconds: float = 120.0
     # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"

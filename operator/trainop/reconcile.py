@@ -23,6 +23,14 @@ from typing import Any
 
 from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
+from trainop.failures import (
+    EXIT_CODE,
+    IMAGE_PULL,
+    UNKNOWN,
+    classify_failed,
+    image_pull_failure,
+    strongest,
+)
 from trainop.inventory import Snapshot
 from trainop.manifests import pod_name
 from trainop.planner import (
@@ -108,18 +116,6 @@ def set_condition(
             "observedGeneration": generation,
         }
     )
-
-
-def _exit_code(pod: Mapping[str, Any]) -> int | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and term.get("exitCode", 0) != 0:
-            return int(term["exitCode"])
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            return int(term.get("exitCode", 0))
-    return None
 
 
 def _generation(pod: Mapping[str, Any]) -> int | None:
@@ -434,19 +430,31 @@ def reconcile(
 
     failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
     if failed:
-        pod = failed[0]
-        code = _exit_code(pod)
-        what = f"pod {pod['metadata']['name']} failed" + (
-            f" with exit code {code}" if code is not None else ""
-        )
+        failure = strongest([classify_failed(p) for p in failed])
+        st.new["lastFailure"] = failure.to_status()
+        code = failure.exit_code
+        what = f"pod {failure.pod} failed" + (f" with exit code {code}" if code is not None else "")
+        cause = "" if failure.reason in (EXIT_CODE, UNKNOWN) else f" ({failure.message})"
+        if failure.infrastructure and policy.restart_policy != "Never":
+            delete_all()
+            st.enter(
+                "Restarting",
+                failure.reason,
+                f"{failure.message}; restarting the whole gang (not counted against backoffLimit)",
+                warning=True,
+            )
+            return finish(requeue=1.0)
+        what += cause
         retryable = policy.restart_policy == "OnFailure" or (
-            policy.restart_policy == "ExitCode" and code is not None and 128 <= code <= 255
+            policy.restart_policy == "ExitCode" and failure.retryable
         )
         if not retryable:
             delete_all()
             why = {
                 "Never": "restartPolicy is Never",
-                "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode",
+                "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"
+                if failure.reason == EXIT_CODE
+                else f"{failure.reason} failures are permanent under restartPolicy ExitCode",
             }.get(policy.restart_policy, "")
             _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
             return finish()
@@ -481,6 +489,13 @@ def reconcile(
         )
         return finish(requeue=1.0)
 
+    pulled = _image_pull(live, st, config, now)
+    if pulled is not None:
+        if pulled <= 0:  # never retried for ever: the image will not appear by itself
+            delete_all()
+            return finish()
+        acts.requeue_after = min(pulled, acts.requeue_after or pulled)
+
     if all(_phase(p) in ("Running", "Succeeded") for p in live):
         st.enter("Running", "AllPodsRunning", f"{len(live)} pods running")
         return finish(requeue=5.0)
@@ -494,6 +509,25 @@ def reconcile(
         )
         return finish(requeue=1.0)
     return finish(requeue=2.0)
+
+
+def _image_pull(
+    live: Sequence[Mapping[str, Any]], st: _Status, config: OperatorConfig, now: datetime
+) -> float | None:
+    """Seconds left before a gang stuck pulling its image fails (None: nothing stuck); at
+    <= 0 the job has been moved to Failed (reason ImagePullFailed, the image named)."""
+    stuck = [f for p in live if (f := image_pull_failure(p)) is not None]
+    if not stuck:
+        return None
+    failure, permanent = min(stuck, key=lambda x: x[0].pod)
+    since = parse_time(st.new.get("lastRestartTime")) or parse_time(st.new.get("startTime")) or now
+    left = config.image_pull_grace_seconds - (now - since).total_seconds()
+    if permanent or left <= 0:
+        st.new["lastFailure"] = failure.to_status()
+        grace = "" if permanent else f" for {config.image_pull_grace_seconds:.0f} s"
+        _terminal(st, "Failed", IMAGE_PULL, f"{failure.message}; not retried{grace}")
+        return 0.0
+    return left
 
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from trainop.api.base import ApiModel
 from trainop.api.trainingjob import Condition
@@ -85,7 +85,7 @@ class Preemption(ApiModel):
 
 # Quota rules CEL can state (queueing.model.QueueState.from_spec checks the rest, e.g. a
 # name that equals another quota's derived group key).
-QUOTA_VALIDATIONS = [
+QUOTA_VALIDATIONS: list[JsonValue] = [
     {
         "rule": "self.all(q, !has(q.name) || self.exists_one(o, has(o.name) && o.name == q.name))",
         "message": "two quotas have the same name: name each product group once",

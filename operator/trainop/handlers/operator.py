@@ -29,6 +29,7 @@ from trainop.kube.client import KubeApi
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import OperatorConfig, Plan, job_ref
 from trainop.queueing.cluster import PassResult, admission_pass, job_pods_by_key
+from trainop.queueing.status import queue_statuses
 from trainop.reconcile import ADMIT_ALL, Actions, Admission, preempted_status, reconcile
 
 log = logging.getLogger("trainop.operator")
@@ -74,6 +75,16 @@ def _slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+_POD_STATUS_KEYS = (
+    "phase",
+    "containerStatuses",
+    "conditions",
+    "reason",
+    "message",
+    "initContainerStatuses",
+)
+
+
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
     return copy.deepcopy(
@@ -102,7 +113,8 @@ def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
                     "nodeSelector",
                 )
             },
-            "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
+            # reason/message/initContainerStatuses: failure classification (issue 12).
+            "status": {k: status.get(k) for k in _POD_STATUS_KEYS},
         }
     )
 
@@ -318,9 +330,10 @@ async def _reconcile_once(key: tuple[str, str], body: dict[str, Any], idx: Index
                 message=decision.message,
                 position=decision.position,
                 plan=plan if isinstance(plan, Plan) else None,
+                queue=decision.queue,
             )
         await _apply_pass(result, idx, now)
-    acts = reconcile(body, mine, snapshot, config, now, admission)
+    acts = reconcile(body, mine, snapshot, config, now, admission, _priority_names(idx))
     await _apply(ns, name, body, acts)
     return acts
 
@@ -377,8 +390,7 @@ async def _apply_pass(result: PassResult, idx: Indexes, now: datetime) -> None:
             kopf.event(victim, type="Warning", reason="Preempted", message=decision.message[:1000])
         for pod in live:
             await asyncio.to_thread(api.delete_pod, ns, pod["metadata"]["name"])
-    for qname, usage in result.decisions.usage.items():
-        status = usage.to_status()
+    for qname, status in _queue_statuses(result, idx, now).items():
         for group in status.get("usage", []):
             for kind in ("quota", "used", "borrowed", "pending"):
                 metrics.QUEUE_GPUS.labels(qname, group["name"], kind).set(group.get(kind, 0))
@@ -388,6 +400,18 @@ async def _apply_pass(result: PassResult, idx: Indexes, now: datetime) -> None:
         if (stored.get("status") or {}) != status:
             await asyncio.to_thread(api.patch_queue_status, qname, status)
         Runtime.queue_status[qname] = status
+
+
+def _priority_names(idx: Indexes) -> frozenset[str]:
+    """PriorityClass names the cluster has (issue 12: checked before a gang is created)."""
+    return frozenset(name for name, _ in idx.priority.items())
+
+
+def _queue_statuses(result: PassResult, idx: Indexes, now: datetime) -> dict[str, dict[str, Any]]:
+    """Status per TrainingQueue, with the Active condition (issue 12: broken queues fail
+    closed and say so)."""
+    stored = {name: body for name, store in idx.queue.items() for body in store}
+    return queue_statuses(result.decisions, result.broken, stored, now)
 
 
 async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:

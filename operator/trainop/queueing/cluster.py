@@ -19,9 +19,19 @@ from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
 from trainop.queueing.admission import admit
-from trainop.queueing.model import POLICY, Decisions, QueueConfigError, QueuedJob, QueueState
+from trainop.queueing.model import (
+    POLICY,
+    QUEUE_INVALID,
+    Decisions,
+    QueueConfigError,
+    QueuedJob,
+    QueueState,
+    broken_queue,
+    queue_invalid_message,
+)
 from trainop.queueing.planning import PlannerPlacer, job_policy
 from trainop.queueing.resolve import QueueError, resolve_queue
+from trainop.validation import check_names, check_priority_class
 
 _OUT_OF_LINE = TERMINAL_PHASES
 
@@ -32,6 +42,29 @@ class PassResult:
     queue_of: Mapping[str, str]  # job key -> queue name
     queue_errors: tuple[str, ...] = ()
     jobs: Mapping[str, QueuedJob] = field(default_factory=dict)
+    broken: Mapping[str, QueueConfigError] = field(default_factory=dict)  # queue -> error
+
+
+def load_queues(
+    queue_objects: Sequence[Mapping[str, Any]],
+) -> tuple[list[QueueState], dict[str, QueueConfigError]]:
+    """Every TrainingQueue as a QueueState; a broken one still serves its namespaces
+    (`model.broken_queue`) so its jobs wait on it, and its error is returned by name."""
+    queues: list[QueueState] = []
+    broken: dict[str, QueueConfigError] = {}
+    for obj in queue_objects:
+        try:
+            queues.append(QueueState.from_resource(obj))
+        except QueueConfigError as exc:
+            broken[exc.queue] = exc
+            queues.append(broken_queue(obj, exc))
+    return queues, broken
+
+
+def _blocked_by_queue(queue: QueueState | None) -> tuple[str, str] | None:
+    if queue is not None and queue.error is not None:
+        return QUEUE_INVALID, queue_invalid_message(queue)
+    return None
 
 
 def _ts(text: str | None) -> float | None:
@@ -86,13 +119,8 @@ def admission_pass(
     snapshot: Snapshot,
     config: OperatorConfig,
 ) -> PassResult:
-    queues: list[QueueState] = []
-    errors: list[str] = []
-    for obj in queue_objects:
-        try:
-            queues.append(QueueState.from_resource(obj))
-        except QueueConfigError as exc:
-            errors.append(str(exc))
+    queues, broken = load_queues(queue_objects)
+    errors = [str(e) for e in broken.values()]
     jobs: list[QueuedJob] = []
     by_key: dict[str, Mapping[str, Any]] = {}
     queue_of: dict[str, str] = {}
@@ -103,6 +131,8 @@ def admission_pass(
         try:
             spec = parse_spec(body)
             check_semantics(spec)
+            check_names(meta.get("name", ""), spec)
+            check_priority_class(spec, priorities.keys())
         except InvalidJob:
             continue  # reconcile marks it Invalid
         if spec.run_policy.suspend:
@@ -116,7 +146,10 @@ def admission_pass(
         except QueueError as exc:
             queue = None
             blocked_reason, blocked_message = POLICY, str(exc)
-        if queue is not None and not held:
+        queue_block = _blocked_by_queue(queue)
+        if queue_block is not None:  # fail closed: its jobs wait on the broken queue
+            blocked_reason, blocked_message = queue_block
+        elif queue is not None and not held:
             try:
                 violations = job_policy(spec, queue, snapshot, config)
             except InvalidJob:
@@ -145,8 +178,9 @@ def admission_pass(
                 blocked_message=blocked_message,
             )
         )
-    decisions = admit(now.timestamp(), queues, jobs, snapshot, PlannerPlacer(by_key, config))
-    return PassResult(decisions, queue_of, tuple(errors), {j.key: j for j in jobs})
+    usable = [q for q in queues if q.error is None]
+    decisions = admit(now.timestamp(), usable, jobs, snapshot, PlannerPlacer(by_key, config))
+    return PassResult(decisions, queue_of, tuple(errors), {j.key: j for j in jobs}, broken)
 
 
 def job_pods_by_key(
