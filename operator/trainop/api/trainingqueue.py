@@ -48,7 +48,10 @@ class CudaRange(ApiModel):
 class TenantPolicy(ApiModel):
     allowed_image_prefixes: list[str] = Field(
         default_factory=list,
-        description="Images must start with one of these (e.g. nvcr.io/nvidia/); empty allows any.",
+        description="Images must start with one of these (e.g. nvcr.io/nvidia/); empty allows "
+        "any. A prefix ends at a registry, path or tag boundary: nvcr.io matches "
+        "nvcr.io/nvidia/x but not nvcr.io.evil.com/x; Docker Hub short names are matched in "
+        "their full form too (ubuntu is docker.io/library/ubuntu).",
     )
     allowed_frameworks: list[str] = Field(
         default_factory=list, description="Frameworks allowed; empty allows all."
@@ -61,6 +64,12 @@ class TenantPolicy(ApiModel):
         default=False, description="Pod templates may use hostNetwork."
     )
     allow_host_pid: bool = Field(default=False, description="Pod templates may use hostPID.")
+    allow_host_ipc: bool = Field(default=False, description="Pod templates may use hostIPC.")
+    allow_run_as_root: bool = Field(
+        default=False,
+        description="Pod templates may set runAsUser: 0 (pod or container securityContext). "
+        "Images that run as root by default are not affected: this refuses asking for root.",
+    )
     allow_host_path: bool = Field(
         default=False, description="Pod templates may mount hostPath volumes."
     )

@@ -421,8 +421,8 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         Runtime.inflight.pop((ns, pod), None)
         await asyncio.to_thread(api.delete_pod, ns, pod)
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
-        secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
-        await asyncio.to_thread(api.create, secret)
+        ref = job_ref(body)  # never another job's keys (issue 12): see ensure_ssh_secret
+        await asyncio.to_thread(api.ensure_ssh_secret, ssh_secret(ref, acts.needs_ssh_secret), ref)
     for obj in acts.create:
         created = await asyncio.to_thread(api.create, obj)
         # Reserve its GPUs until the index shows it; a pod never created reserves nothing.
