@@ -69,7 +69,8 @@ _NODE_LOST_REASONS = frozenset(
     {"NodeLost", "NodeShutdown", "Terminated", "UnexpectedAdmissionError"}
 )
 _DISRUPTION_NODE = frozenset({"DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"})
-_XID = re.compile(r"\bXid\b\D{0,40}?(\d{1,3})\b", re.IGNORECASE)
+# "NVRM: Xid (PCI:0000:3b:00): 79, pid=..." (the kernel log line), or "Xid 79" / "Xid: 79".
+_XID = re.compile(r"\bXid\b(?:\s*\([^)]*\))?[\s:=]*(?:error\s*)?(\d{1,3})\b", re.IGNORECASE)
 _NCCL = re.compile(
     r"NCCL (error|WARN)|nccl(System|Internal|Remote|InvalidUsage|Unhandled\w*)Error|"
     r"NCCL communicator was aborted|ProcessGroupNCCL",

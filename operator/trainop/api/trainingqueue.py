@@ -63,8 +63,13 @@ class TenantPolicy(ApiModel):
     allow_host_network: bool = Field(
         default=False, description="Pod templates may use hostNetwork."
     )
-    allow_host_pid: bool = Field(default=False, description="Pod templates may use hostPID.")
-    allow_host_ipc: bool = Field(default=False, description="Pod templates may use hostIPC.")
+    # Spelled like the pod fields (hostPID, hostIPC), as docs/queues.md always wrote them.
+    allow_host_pid: bool = Field(
+        default=False, alias="allowHostPID", description="Pod templates may use hostPID."
+    )
+    allow_host_ipc: bool = Field(
+        default=False, alias="allowHostIPC", description="Pod templates may use hostIPC."
+    )
     allow_run_as_root: bool = Field(
         default=False,
         description="Pod templates may set runAsUser: 0 (pod or container securityContext). "
