@@ -19,7 +19,7 @@ class NamespaceSelector(ApiModel):
 class GpuQuota(ApiModel):
     products: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
         default_factory=list,
-        max_length=64,
+        max_length=32,  # bounds keep the CEL cost of QUOTA_VALIDATIONS within the budget
         description="nvidia.com/gpu.product values this quota covers (a product group); "
         "empty covers any product.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
@@ -129,7 +129,7 @@ class TrainingQueueSpec(ApiModel):
     )
     quotas: list[GpuQuota] = Field(
         default_factory=list,
-        max_length=64,
+        max_length=32,
         description="GPU quotas per product group; a product belongs to one quota only.",
         json_schema_extra={"x-kubernetes-validations": QUOTA_VALIDATIONS},
     )
