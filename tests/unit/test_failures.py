@@ -166,3 +166,17 @@ def test_strongest_prefers_the_root_cause_then_the_first_pod() -> None:
     ]
     assert strongest(fs).pod == "c"
     assert strongest([Failure("ExitCode", "b", ""), Failure("ExitCode", "a", "")]).pod == "a"
+
+
+def test_each_failure_is_counted_once() -> None:
+    from trainop import metrics
+
+    def count(reason: str) -> float:
+        return metrics.FAILURES.labels(reason)._value.get()
+
+    before = count("OOMKilled")
+    failure = Failure("OOMKilled", P, "x", 137).to_status()
+    metrics.observe_failure({}, {"lastFailure": failure})
+    metrics.observe_failure({"lastFailure": failure}, {"lastFailure": failure})  # same one again
+    metrics.observe_failure({"lastFailure": failure}, {})
+    assert count("OOMKilled") == before + 1
