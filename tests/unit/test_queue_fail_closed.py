@@ -157,3 +157,17 @@ def test_queue_condition_keeps_its_transition_time_until_it_flips() -> None:
     healed = queue_statuses(run_pass([fixed["bad"]], []).decisions, {}, fixed, later)["bad"]
     assert healed["conditions"][0]["status"] == "True"
     assert healed["conditions"][0]["lastTransitionTime"] == "2025-06-01T13:00:00Z"
+
+
+def test_a_running_gang_whose_priority_class_vanished_stays_charged() -> None:
+    from tests.unit.jobs import gpu_pod
+
+    pod = gpu_pod("j-worker-0", "a100-01")
+    pod["metadata"].update(namespace="team-a", ownerReferences=[{"uid": "uid-j"}])
+    job = body("j")
+    job["spec"]["priorityClassName"] = "gone"
+    job["status"] = {"phase": "Running"}
+    result = admission_pass(
+        NOW, [job], {"team-a/j": [pod]}, [], {}, {}, fleet_snapshot([pod]), CONFIG
+    )
+    assert result.decisions["team-a/j"].action == "Keep"

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.trainingjob import TERMINAL_PHASES
+from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
@@ -59,6 +59,14 @@ def load_queues(
             broken[exc.queue] = exc
             queues.append(broken_queue(obj, exc))
     return queues, broken
+
+
+def _priority_missing(spec: TrainingJobSpec, priorities: Mapping[str, int]) -> bool:
+    try:
+        check_priority_class(spec, priorities.keys())
+    except InvalidJob:
+        return True
+    return False
 
 
 def _blocked_by_queue(queue: QueueState | None) -> tuple[str, str] | None:
@@ -132,7 +140,6 @@ def admission_pass(
             spec = parse_spec(body)
             check_semantics(spec)
             check_names(meta.get("name", ""), spec)
-            check_priority_class(spec, priorities.keys())
         except InvalidJob:
             continue  # reconcile marks it Invalid
         if spec.run_policy.suspend:
@@ -140,6 +147,8 @@ def admission_pass(
         key = job_key(body)
         ns = meta.get("namespace", "default")
         held, product = _holding(pods_by_job.get(key, ()), snapshot)
+        if not held and _priority_missing(spec, priorities):
+            continue  # reconcile marks it Invalid; a running gang keeps its charge
         blocked_reason, blocked_message = None, ""
         try:
             queue = resolve_queue(ns, spec.queue, queues, namespace_labels.get(ns))
