@@ -8,10 +8,14 @@ Lifecycle (phases; each also a condition):
   -> Succeeded | Failed;  Restarting between gangs;  Suspended;  Invalid.
 Success policy: AllWorkers (default) - every pod of the success roles exited 0 (Worker; the
 Chief for TensorFlow jobs that have one; the Launcher for MPI). RankZero - rank 0 exited 0.
-Failures: Never -> Failed. OnFailure -> restart the whole gang (a collective cannot go on
-without a peer). ExitCode -> 1-127 permanent (Failed), 128-255 retryable. Restarts wait
-base * 2^(n-1) seconds (capped) and count against backoffLimit; pods deleted by hand, lost
-nodes and preemptions restart the gang without counting.
+Failures are classified first (trainop.failures, recorded in status.lastFailure): Never ->
+Failed. OnFailure -> restart the whole gang (a collective cannot go on without a peer).
+ExitCode -> the reason decides: exit codes 1-127 permanent (Failed); signals, OOM kills,
+NCCL errors and GPU Xids retryable. Restarts wait base * 2^(n-1) seconds (capped) and count
+against backoffLimit; pods deleted by hand, lost nodes, evictions and preemptions restart the
+gang without counting. A gang stuck pulling its image fails (ImagePullFailed) after a grace.
+Before anything is created, generated names and the PriorityClass are checked
+(trainop.validation): a job that fails them is Invalid with nothing created.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
+from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
 from trainop.failures import (
     EXIT_CODE,
     IMAGE_PULL,
@@ -429,54 +433,10 @@ def reconcile(
         return finish()
 
     failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
-    if failed:
-        failure = strongest([classify_failed(p) for p in failed])
-        st.new["lastFailure"] = failure.to_status()
-        code = failure.exit_code
-        what = f"pod {failure.pod} failed" + (f" with exit code {code}" if code is not None else "")
-        cause = "" if failure.reason in (EXIT_CODE, UNKNOWN) else f" ({failure.message})"
-        if failure.infrastructure and policy.restart_policy != "Never":
-            delete_all()
-            st.enter(
-                "Restarting",
-                failure.reason,
-                f"{failure.message}; restarting the whole gang (not counted against backoffLimit)",
-                warning=True,
-            )
-            return finish(requeue=1.0)
-        what += cause
-        retryable = policy.restart_policy == "OnFailure" or (
-            policy.restart_policy == "ExitCode" and failure.retryable
-        )
-        if not retryable:
-            delete_all()
-            why = {
-                "Never": "restartPolicy is Never",
-                "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"
-                if failure.reason == EXIT_CODE
-                else f"{failure.reason} failures are permanent under restartPolicy ExitCode",
-            }.get(policy.restart_policy, "")
-            _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
-            return finish()
-        if restarts >= policy.backoff_limit:
-            delete_all()
-            _terminal(
-                st,
-                "Failed",
-                "BackoffLimitExceeded",
-                f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})",
-            )
-            return finish()
+    if failed:  # every outcome drops the gang: restart it, or fail the job
         delete_all()
-        st.new["restartCount"] = restarts + 1
-        st.new["lastRestartTime"] = iso(now)
-        st.enter(
-            "Restarting",
-            "GangRestart",
-            f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})",
-            warning=True,
-        )
-        return finish(requeue=1.0)
+        _judge_failure(st, failed, policy, restarts)
+        return finish(requeue=1.0 if st.phase == "Restarting" else None)
 
     if missing:
         delete_all()
@@ -509,6 +469,43 @@ def reconcile(
         )
         return finish(requeue=1.0)
     return finish(requeue=2.0)
+
+
+def _judge_failure(
+    st: _Status, failed: Sequence[Mapping[str, Any]], policy: RunPolicy, restarts: int
+) -> None:
+    """Restart the gang or fail the job for its failed pods, by classified reason
+    (trainop.failures) and restartPolicy; status.lastFailure records the reason."""
+    failure = strongest([classify_failed(p) for p in failed])
+    st.new["lastFailure"] = failure.to_status()
+    if failure.infrastructure and policy.restart_policy != "Never":
+        msg = f"{failure.message}; restarting the whole gang (not counted against backoffLimit)"
+        st.enter("Restarting", failure.reason, msg, warning=True)
+        return
+    code = failure.exit_code
+    what = f"pod {failure.pod} failed" + (f" with exit code {code}" if code is not None else "")
+    if failure.reason not in (EXIT_CODE, UNKNOWN):
+        what += f" ({failure.message})"
+    retryable = policy.restart_policy == "OnFailure" or (
+        policy.restart_policy == "ExitCode" and failure.retryable
+    )
+    if not retryable:
+        why = {
+            "Never": "restartPolicy is Never",
+            "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"
+            if failure.reason == EXIT_CODE
+            else f"{failure.reason} failures are permanent under restartPolicy ExitCode",
+        }.get(policy.restart_policy, "")
+        _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
+        return
+    if restarts >= policy.backoff_limit:
+        msg = f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})"
+        _terminal(st, "Failed", "BackoffLimitExceeded", msg)
+        return
+    st.new["restartCount"] = restarts + 1
+    st.new["lastRestartTime"] = iso(st.now)
+    msg = f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})"
+    st.enter("Restarting", "GangRestart", msg, warning=True)
 
 
 def _image_pull(
