@@ -47,7 +47,7 @@ from trainop.planner import (
     plan_job,
     success_roles,
 )
-from trainop.validation import check_names, check_priority_class, check_queue_name
+from trainop.validation import check_names, check_priority_class
 
 # pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
 QUEUE_INVALID = "QueueInvalid"
@@ -313,7 +313,6 @@ def reconcile(
         spec = parse_spec(body)
         check_semantics(spec)
         check_names(name, spec)
-        check_queue_name(spec)
     except InvalidJob as exc:
         delete_all()
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)

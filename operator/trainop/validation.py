@@ -139,23 +139,11 @@ def check_priority_class(spec: TrainingJobSpec, known: Collection[str] | None) -
     )
 
 
-def check_queue_name(spec: TrainingJobSpec) -> None:
-    """spec.queue names a cluster-scoped object: it must be a DNS subdomain."""
-    q = spec.queue
-    if q and (len(q) > DNS_SUBDOMAIN_MAX or not _DNS1123_SUBDOMAIN.match(q)):
-        raise InvalidJob(
-            "spec.queue",
-            f"{q!r} cannot name a TrainingQueue (lower-case DNS subdomain): fix spec.queue",
-            reason=INVALID_NAME,
-        )
-
-
 __all__ = [
     "INVALID_NAME",
     "MISSING_PRIORITY_CLASS",
     "check_names",
     "check_priority_class",
-    "check_queue_name",
     "longest_pod_name",
     "max_job_name_length",
 ]

@@ -8,11 +8,10 @@ import pytest
 
 from tests.unit.builders import job
 from trainop.api.trainingjob import TrainingJobSpec
-from trainop.planner import InvalidJob
+from trainop.planner import InvalidJob, parse_spec
 from trainop.validation import (
     check_names,
     check_priority_class,
-    check_queue_name,
     longest_pod_name,
     max_job_name_length,
 )
@@ -107,9 +106,8 @@ def test_check_priority_class(wanted: str | None, known: set[str] | None, ok: bo
     assert "create it or name an existing one" in err.value.detail
 
 
-def test_queue_name_must_name_an_object() -> None:
-    s = TrainingJobSpec.model_construct(**{**W2.__dict__, "queue": "Team A"})
+def test_queue_and_priority_class_names_are_checked_by_the_schema() -> None:
+    body = job().set("queue", "Team A").set("priorityClassName", "Hi There").build()
     with pytest.raises(InvalidJob) as err:
-        check_queue_name(s)
-    assert err.value.field == "spec.queue"
-    check_queue_name(W2)
+        parse_spec(body)
+    assert err.value.field in ("spec.queue", "spec.priorityClassName")
