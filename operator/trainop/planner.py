@@ -286,7 +286,7 @@ def build_plan(
     )
     wiring = fw.wire(frameworks.WiringInput(ref.name, ref.namespace, members, port=fw.default_port))
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
-    ssh_secret = frameworks.ssh_secret_name(ref.name) if wiring.needs_ssh else None
+    ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
     gpu_pods = [a for a in placement.assignments if a.node is not None]
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat: tuple[Mapping[str, Any], ...] = ()

@@ -9,7 +9,7 @@ created. Pure: the PriorityClasses the cluster has are passed in by the caller.
 The names come from `manifests` / `frameworks` / `dra`:
   pods and their hostnames  <job>-<role>-<index>   DNS-1123 label, at most 63 characters
   headless Service, pod subdomain  <job>           DNS-1035 label, at most 63 characters
-  ConfigMap <job>-config, SSH Secret <job>-ssh, ResourceClaimTemplate <job>-<role>-gpu-nic
+  ConfigMap <job>-config, SSH Secret <job>-ssh-<uid digest>, ResourceClaimTemplate <job>-<role>-gpu-nic
                                                    DNS-1123 subdomain, at most 253 characters
   label trainop.dev/job-name = <job>               label value, at most 63 characters
 Rules: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/ and
@@ -79,7 +79,7 @@ def check_names(job: str, spec: TrainingJobSpec) -> None:
         )
     subdomains = [
         ("ConfigMap", config_map_name(job)),
-        ("SSH Secret", ssh_secret_name(job)),
+        ("SSH Secret", ssh_secret_name(job, "uid")),  # a fixed-length uid digest
         *(("ResourceClaimTemplate", template_name(job, role)) for role in spec.replica_specs),
     ]
     for kind, name in subdomains:

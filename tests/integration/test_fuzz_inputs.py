@@ -216,6 +216,9 @@ def fuzz_ns(kube: Kube) -> Iterator[tuple[str, str]]:
                 "metadata": {"name": "fuzz-pc"}, "value": 5})  # fmt: skip
     yield ns, run
     kube.run("delete", "trainingqueues", "-l", f"trainop-fuzz={run}", "--wait=false", check=False)
+    kube.run("delete", "trainingjobs", "--all", "-n", ns, "--wait=false", check=False)
+    # Leave the fleet as found: later tests plan against it.
+    kube.wait_for("fuzz pods gone", lambda: not kube.get("pods", "-n", ns)["items"], timeout=60)
     kube.run("delete", "namespace", ns, "--wait=false", check=False)
 
 

@@ -36,41 +36,40 @@ def pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
     return list(kube.get("pods", "-n", ns, "-l", f"trainop.dev/job-name={name}")["items"])
 
 
+def secret_of(pod: dict[str, Any]) -> str:
+    (vol,) = [v for v in pod["spec"]["volumes"] if v.get("secret")]
+    return str(vol["secret"]["secretName"])
+
+
 def test_ssh_secret_is_owned_read_only_0400_and_per_job(kube: Kube, namespace: str) -> None:
+    # A Secret squatting on the old `<job>-ssh` name is never mounted.
+    kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hv-ssh",
+                "namespace": namespace}, "stringData": {"id_ed25519": "not yours"}})  # fmt: skip
     kube.apply([mpi_job(namespace, "hv"), mpi_job(namespace, "hw")])
     for name in ("hv", "hw"):
         kube.wait_for(f"{name} pods", lambda n=name: len(pods(kube, namespace, n)) == 2)
-    secrets = {}
+    keys = {}
     for name in ("hv", "hw"):
         uid = kube.get("trainingjob", name, "-n", namespace)["metadata"]["uid"]
-        secret = kube.get("secret", f"{name}-ssh", "-n", namespace)
+        mounted = {secret_of(p) for p in pods(kube, namespace, name)}
+        assert len(mounted) == 1
+        secret_name = mounted.pop()
+        assert secret_name.startswith(f"{name}-ssh-")
+        secret = kube.get("secret", secret_name, "-n", namespace)
         owners = secret["metadata"]["ownerReferences"]
         assert [(o["kind"], o["uid"], o.get("controller")) for o in owners] == [
             ("TrainingJob", uid, True)
         ]
-        secrets[name] = secret["data"]["id_ed25519"]
+        keys[name] = secret["data"]["id_ed25519"]
         for pod in pods(kube, namespace, name):
-            vols = [v for v in pod["spec"]["volumes"] if v.get("secret")]
-            assert [v["secret"] for v in vols] == [
-                {"secretName": f"{name}-ssh", "defaultMode": 256}
-            ]
+            (vol,) = [v for v in pod["spec"]["volumes"] if v.get("secret")]
+            assert vol["secret"]["defaultMode"] == 0o400
             mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
-                      if m["name"] == vols[0]["name"]]  # fmt: skip
+                      if m["name"] == vol["name"]]  # fmt: skip
             assert mounts and all(m.get("readOnly") for m in mounts)
-    assert secrets["hv"] != secrets["hw"]
-
-
-def test_a_secret_of_someone_else_is_never_mounted(kube: Kube, namespace: str) -> None:
-    kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hx-ssh",
-                "namespace": namespace}, "stringData": {"id_ed25519": "not yours"}})  # fmt: skip
-    kube.apply(mpi_job(namespace, "hx"))
-    kube.wait_for(
-        "SecretConflict event",
-        lambda: any(e["reason"] == "SecretConflict" for e in kube.events_for(namespace, "hx")),
-    )
-    assert pods(kube, namespace, "hx") == []
-    secret = kube.get("secret", "hx-ssh", "-n", namespace)
-    assert not secret["metadata"].get("ownerReferences")  # untouched
+    assert keys["hv"] != keys["hw"]
+    squatter = kube.get("secret", "hv-ssh", "-n", namespace)
+    assert not squatter["metadata"].get("ownerReferences")  # untouched, unused
 
 
 def test_a_job_cannot_use_a_queue_of_another_namespace(kube: Kube, namespace: str) -> None:

@@ -26,7 +26,7 @@ from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.kube.client import KubeApi
-from trainop.kube.secrets import SecretConflict, ssh_secret
+from trainop.kube.secrets import ssh_secret
 from trainop.planner import OperatorConfig, Plan, job_ref
 from trainop.queueing.cluster import PassResult, admission_pass, job_pods_by_key
 from trainop.queueing.status import queue_statuses
@@ -421,13 +421,8 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         Runtime.inflight.pop((ns, pod), None)
         await asyncio.to_thread(api.delete_pod, ns, pod)
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
-        ref = job_ref(body)  # never another job's keys (issue 12): see ensure_ssh_secret
-        try:
-            secret = ssh_secret(ref, acts.needs_ssh_secret)
-            await asyncio.to_thread(api.ensure_ssh_secret, secret, ref)
-        except SecretConflict as exc:  # no pods without the job's own keys; say so
-            kopf.event(body, type="Warning", reason="SecretConflict", message=str(exc)[:1000])
-            raise
+        secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
+        await asyncio.to_thread(api.create, secret)
     for obj in acts.create:
         created = await asyncio.to_thread(api.create, obj)
         # Reserve its GPUs until the index shows it; a pod never created reserves nothing.

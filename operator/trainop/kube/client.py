@@ -10,8 +10,6 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from trainop.api import constants as c
-from trainop.kube.secrets import SecretConflict, secret_owner_verdict
-from trainop.manifests import JobRef
 
 log = logging.getLogger("trainop.kube")
 
@@ -71,27 +69,6 @@ class KubeApi:
                 )
                 return None
             raise
-
-    def ensure_ssh_secret(self, secret: Mapping[str, Any], job: JobRef) -> None:
-        """Create the job's SSH Secret; an existing one is kept only when this job owns it,
-        replaced when an earlier job of the same name left it, refused otherwise."""
-        ns, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
-        if self.create(secret) is not False:
-            return
-        existing = self.core.read_namespaced_secret(name, ns)
-        plain = client.ApiClient().sanitize_for_serialization(existing)
-        verdict = secret_owner_verdict(plain, job)
-        if verdict == "ours":
-            return
-        if verdict == "stale":
-            self.core.delete_namespaced_secret(name, ns)
-            self.create(secret)
-            return
-        raise SecretConflict(
-            f"Secret {ns}/{name} exists and is not owned by TrainingJob {job.name} (uid "
-            f"{job.uid}): trainop never mounts another object's Secret as the job's SSH keys; "
-            "delete or rename that Secret, or rename the TrainingJob"
-        )
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:

@@ -1,15 +1,15 @@
 """Makes the per-job SSH keypair Secret MPI jobs need (random, so it lives in the shell, not the planner).
 
-The Secret is owned by its job (ownerReference with the job's uid, so it goes with the job)
-and mounted read-only with mode 0400 (manifests.build_pod). It is never shared: a Secret of
-the same name that another object owns is not used (`secret_owner_verdict`).
+The Secret is owned by its job (ownerReference with the job's uid) and mounted read-only
+with mode 0400 (manifests.build_pod). Its name carries a digest of the job's uid
+(frameworks.ssh_secret_name), so it is never shared: not with a later job of the same name,
+not with anyone's Secret called `<job>-ssh`; a 409 on create can only be this job's own.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -54,27 +54,3 @@ def ssh_secret(job: JobRef, name: str) -> dict[str, Any]:
             "authorized_keys": b64(public),
         },
     }
-
-
-Verdict = Literal["ours", "stale", "foreign"]
-
-
-def secret_owner_verdict(existing: Mapping[str, Any], job: JobRef) -> Verdict:
-    """What to do with a Secret that already has the name the job's SSH Secret needs:
-    ours (owned by this job's uid: keep its keys), stale (trainop's Secret of an earlier job
-    of the same name, not yet garbage-collected: replace it), foreign (anything else, e.g. a
-    user's Secret: never mount it)."""
-    meta = existing.get("metadata") or {}
-    owners = [o for o in meta.get("ownerReferences") or [] if isinstance(o, Mapping)]
-    if any(o.get("uid") == job.uid for o in owners):
-        return "ours"
-    labels = meta.get("labels") or {}
-    trainop_made = labels == {**labels, **job_labels(job.name)}
-    earlier_job = bool(owners) and all(
-        o.get("kind") == job.kind and o.get("name") == job.name for o in owners
-    )
-    return "stale" if trainop_made and earlier_job else "foreign"
-
-
-class SecretConflict(Exception):
-    """A Secret with the SSH Secret's name exists and belongs to someone else."""
