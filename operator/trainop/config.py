@@ -45,6 +45,7 @@ _KEYS = (
     "compatAffinity",
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
+    "imagePullGraceSeconds",
     "externalQueue",
     "dra",
 )
