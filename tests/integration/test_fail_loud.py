@@ -143,6 +143,8 @@ def test_broken_queue_fails_closed_then_admits_once_fixed(kube: Kube, namespace:
             lambda: _cond(kube.get("trainingqueue", qname).get("status") or {}, "Active"),
         )
         assert (active["status"], active["reason"]) == ("False", "InvalidSpec")
+        tq_row = kube.run("get", "tq", qname, "--no-headers").stdout.split()
+        assert tq_row[:2] == [qname, "False"], tq_row  # the ACTIVE column
         # Fixed: the same queue's policy now refuses the privileged pod (never the built-in).
         kube.run("patch", "trainingqueue", qname, "--type=merge", "-p",
                  json.dumps({"spec": {"quotas": [{"products": [A100], "gpus": 8}]}}))  # fmt: skip
