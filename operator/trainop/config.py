@@ -45,6 +45,7 @@ _KEYS = (
     "compatAffinity",
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
+    "imagePullGraceSeconds",
     "externalQueue",
     "dra",
 )
@@ -137,6 +138,7 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
     for key, attr in (
         ("restartBackoffSeconds", "restart_backoff_seconds"),
         ("restartBackoffMaxSeconds", "restart_backoff_max_seconds"),
+        ("imagePullGraceSeconds", "image_pull_grace_seconds"),
     ):
         if key in data:
             kwargs[attr] = _number(key, data[key])

@@ -18,6 +18,15 @@ def _cond_lines(status: Mapping[str, Any]) -> list[str]:
 def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> list[str]:
     if not queue_name:
         return ["Queue:      (none: admitted on fit only)"]
+    if queue_name.startswith("("):  # queueing.resolve.BUILTIN_QUEUE_NAME, not an object
+        return [f"Queue:      {queue_name}: no TrainingQueue serves the namespace; admitted on "
+                "fit only"]  # fmt: skip
+    conds = {
+        cd.get("type"): cd for cd in ((queue or {}).get("status") or {}).get("conditions") or []
+    }
+    active = conds.get("Active")
+    if active is not None and active.get("status") == "False":
+        return [f"Queue:      {queue_name} (INVALID: {active.get('message', '')})"]
     if queue is None:
         return [f"Queue:      {queue_name} (not found)"]
     lines = [f"Queue:      {queue_name}  cohort={queue.get('spec', {}).get('cohort') or '-'}  "

@@ -70,6 +70,12 @@ RESTARTS = Counter(
     "Gang restarts; label reason (GangRestart|PodMissing|NodeLost|Replanning).",
     ["reason"],
 )
+FAILURES = Counter(
+    "trainop_job_failures_total",
+    "Classified pod failures that restarted or failed a gang; label reason (NodeLost|Evicted|"
+    "GPUXid|OOMKilled|ImagePullFailed|NCCLError|Signal|ExitCode|Unknown, see trainop.failures).",
+    ["reason"],
+)
 PREEMPTIONS = Counter(
     "trainop_preemptions_total",
     "Gangs preempted; label queue (the victim's queue) and reason (Reclaim|Priority).",
@@ -155,9 +161,17 @@ def observe_transition(
                 PLACEMENT_SPAN.labels(level).observe(span[level])
     if new == "Running" and created is not None and old == "Admitted":
         TIME_TO_RUNNING.labels(framework).observe(max((now - created).total_seconds(), 0))
+    observe_failure(body.get("status") or {}, status)
     if new == "Restarting":
         conds = {c.get("type"): c for c in status.get("conditions") or []}
         RESTARTS.labels((conds.get("Restarting") or {}).get("reason", "GangRestart")).inc()
+
+
+def observe_failure(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Count status.lastFailure once: when it differs from the one already reported."""
+    failure = new.get("lastFailure")
+    if isinstance(failure, Mapping) and failure != old.get("lastFailure"):
+        FAILURES.labels(str(failure.get("reason") or "Unknown")).inc()
 
 
 JOBS = JobsCollector()

@@ -49,6 +49,9 @@ class OperatorConfig:
     # A running gang whose node has not been Ready for this long is restarted elsewhere
     # (not counted against backoffLimit), as Kubernetes evicts after its NotReady toleration.
     node_lost_seconds: float = 60.0
+    # A gang whose image cannot be pulled (ErrImagePull / ImagePullBackOff) this long after
+    # it was created fails (reason ImagePullFailed) instead of waiting for ever.
+    image_pull_grace_seconds: float = 120.0
     # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"
@@ -339,7 +342,7 @@ def build_plan(
     )
     wiring = fw.wire(frameworks.WiringInput(ref.name, ref.namespace, members, port=fw.default_port))
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
-    ssh_secret = frameworks.ssh_secret_name(ref.name) if wiring.needs_ssh else None
+    ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
     gpu_pods = [a for a in placement.assignments if a.node is not None]
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat: tuple[Mapping[str, Any], ...] = ()

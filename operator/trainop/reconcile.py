@@ -8,21 +8,33 @@ Lifecycle (phases; each also a condition):
   -> Succeeded | Failed;  Restarting between gangs;  Suspended;  Invalid.
 Success policy: AllWorkers (default) - every pod of the success roles exited 0 (Worker; the
 Chief for TensorFlow jobs that have one; the Launcher for MPI). RankZero - rank 0 exited 0.
-Failures: Never -> Failed. OnFailure -> restart the whole gang (a collective cannot go on
-without a peer). ExitCode -> 1-127 permanent (Failed), 128-255 retryable. Restarts wait
-base * 2^(n-1) seconds (capped) and count against backoffLimit; pods deleted by hand, lost
-nodes and preemptions restart the gang without counting.
+Failures are classified first (trainop.failures, recorded in status.lastFailure): Never ->
+Failed. OnFailure -> restart the whole gang (a collective cannot go on without a peer).
+ExitCode -> the reason decides: exit codes 1-127 permanent (Failed); signals, OOM kills,
+NCCL errors and GPU Xids retryable. Restarts wait base * 2^(n-1) seconds (capped) and count
+against backoffLimit; pods deleted by hand, lost nodes, evictions and preemptions restart the
+gang without counting. A gang stuck pulling its image fails (ImagePullFailed) after a grace.
+Before anything is created, generated names and the PriorityClass are checked
+(trainop.validation): a job that fails them is Invalid with nothing created.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
+from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
+from trainop.failures import (
+    EXIT_CODE,
+    IMAGE_PULL,
+    UNKNOWN,
+    classify_failed,
+    image_pull_failure,
+    strongest,
+)
 from trainop.inventory import Snapshot
 from trainop.manifests import pod_name
 from trainop.planner import (
@@ -35,6 +47,10 @@ from trainop.planner import (
     plan_job,
     success_roles,
 )
+from trainop.validation import check_names, check_priority_class
+
+# pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
+QUEUE_INVALID = "QueueInvalid"
 
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
@@ -106,18 +122,6 @@ def set_condition(
     )
 
 
-def _exit_code(pod: Mapping[str, Any]) -> int | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and term.get("exitCode", 0) != 0:
-            return int(term["exitCode"])
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated")
-        if term:
-            return int(term.get("exitCode", 0))
-    return None
-
-
 def _generation(pod: Mapping[str, Any]) -> int | None:
     """The gang generation (restart count) a pod was created for."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_RESTART_COUNT)
@@ -176,6 +180,7 @@ class Admission:
     message: str = ""
     position: int | None = None
     plan: Plan | None = None  # the plan admission checked quota against; used as is
+    queue: str | None = None  # the queue that decided (written to status.queue)
 
 
 ADMIT_ALL = Admission(admitted=True)
@@ -261,8 +266,12 @@ def reconcile(
     config: OperatorConfig,
     now: datetime,
     admission: Admission = ADMIT_ALL,
+    priority_classes: Collection[str] | None = None,
 ) -> Actions:
-    """Decide the next actions for one TrainingJob (see the module docstring)."""
+    """Decide the next actions for one TrainingJob (see the module docstring).
+
+    `priority_classes`: the PriorityClass names the cluster has (None: unknown, not checked);
+    a gang is never started for a job naming a missing one."""
     meta = body.get("metadata") or {}
     name = meta.get("name", "")
     st = _Status(body, now)
@@ -303,6 +312,7 @@ def reconcile(
     try:
         spec = parse_spec(body)
         check_semantics(spec)
+        check_names(name, spec)
     except InvalidJob as exc:
         delete_all()
         st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
@@ -349,6 +359,11 @@ def reconcile(
     if not live:
         if deleting:
             return finish(requeue=1.0)  # old gang still going away; names are reused
+        try:  # checked before each new gang only: a running gang keeps its class
+            check_priority_class(spec, priority_classes)
+        except InvalidJob as exc:
+            st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
+            return finish()
         return _start_gang(
             body, spec, st, acts, snapshot_for_planning, config, now, admission, restarts, finish
         )
@@ -417,42 +432,10 @@ def reconcile(
         return finish()
 
     failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
-    if failed:
-        pod = failed[0]
-        code = _exit_code(pod)
-        what = f"pod {pod['metadata']['name']} failed" + (
-            f" with exit code {code}" if code is not None else ""
-        )
-        retryable = policy.restart_policy == "OnFailure" or (
-            policy.restart_policy == "ExitCode" and code is not None and 128 <= code <= 255
-        )
-        if not retryable:
-            delete_all()
-            why = {
-                "Never": "restartPolicy is Never",
-                "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode",
-            }.get(policy.restart_policy, "")
-            _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
-            return finish()
-        if restarts >= policy.backoff_limit:
-            delete_all()
-            _terminal(
-                st,
-                "Failed",
-                "BackoffLimitExceeded",
-                f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})",
-            )
-            return finish()
+    if failed:  # every outcome drops the gang: restart it, or fail the job
         delete_all()
-        st.new["restartCount"] = restarts + 1
-        st.new["lastRestartTime"] = iso(now)
-        st.enter(
-            "Restarting",
-            "GangRestart",
-            f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})",
-            warning=True,
-        )
-        return finish(requeue=1.0)
+        _judge_failure(st, failed, policy, restarts)
+        return finish(requeue=1.0 if st.phase == "Restarting" else None)
 
     if missing:
         delete_all()
@@ -481,6 +464,13 @@ def reconcile(
             warning=True,
         )
         return finish(requeue=1.0)
+    pulled = _image_pull(live, st, config, now)
+    if pulled is not None:
+        if pulled <= 0:  # never retried for ever: the image will not appear by itself
+            delete_all()
+            return finish()
+        acts.requeue_after = min(pulled, acts.requeue_after or pulled)
+
     if all(_phase(p) in ("Running", "Succeeded") for p in live):
         st.enter("Running", "AllPodsRunning", f"{len(live)} pods running")
         return finish(requeue=5.0)
@@ -519,6 +509,62 @@ def _broken_nodes(
                 f"{node.gpus_used} held"
             )
     return out
+
+
+def _judge_failure(
+    st: _Status, failed: Sequence[Mapping[str, Any]], policy: RunPolicy, restarts: int
+) -> None:
+    """Restart the gang or fail the job for its failed pods, by classified reason
+    (trainop.failures) and restartPolicy; status.lastFailure records the reason."""
+    failure = strongest([classify_failed(p) for p in failed])
+    st.new["lastFailure"] = failure.to_status()
+    if failure.infrastructure and policy.restart_policy != "Never":
+        msg = f"{failure.message}; restarting the whole gang (not counted against backoffLimit)"
+        st.enter("Restarting", failure.reason, msg, warning=True)
+        return
+    code = failure.exit_code
+    what = f"pod {failure.pod} failed" + (f" with exit code {code}" if code is not None else "")
+    if failure.reason not in (EXIT_CODE, UNKNOWN):
+        what += f" ({failure.message})"
+    retryable = policy.restart_policy == "OnFailure" or (
+        policy.restart_policy == "ExitCode" and failure.retryable
+    )
+    if not retryable:
+        why = {
+            "Never": "restartPolicy is Never",
+            "ExitCode": "exit codes 1-127 are permanent under restartPolicy ExitCode"
+            if failure.reason == EXIT_CODE
+            else f"{failure.reason} failures are permanent under restartPolicy ExitCode",
+        }.get(policy.restart_policy, "")
+        _terminal(st, "Failed", "PodFailed", f"{what}; {why}")
+        return
+    if restarts >= policy.backoff_limit:
+        msg = f"{what}; the gang restarted {restarts} times (backoffLimit {policy.backoff_limit})"
+        _terminal(st, "Failed", "BackoffLimitExceeded", msg)
+        return
+    st.new["restartCount"] = restarts + 1
+    st.new["lastRestartTime"] = iso(st.now)
+    msg = f"{what}; restarting the whole gang (restart {restarts + 1} of {policy.backoff_limit})"
+    st.enter("Restarting", "GangRestart", msg, warning=True)
+
+
+def _image_pull(
+    live: Sequence[Mapping[str, Any]], st: _Status, config: OperatorConfig, now: datetime
+) -> float | None:
+    """Seconds left before a gang stuck pulling its image fails (None: nothing stuck); at
+    <= 0 the job has been moved to Failed (reason ImagePullFailed, the image named)."""
+    stuck = [f for p in live if (f := image_pull_failure(p)) is not None]
+    if not stuck:
+        return None
+    failure, permanent = min(stuck, key=lambda x: x[0].pod)
+    since = parse_time(st.new.get("lastRestartTime")) or parse_time(st.new.get("startTime")) or now
+    left = config.image_pull_grace_seconds - (now - since).total_seconds()
+    if permanent or left <= 0:
+        st.new["lastFailure"] = failure.to_status()
+        grace = "" if permanent else f" for {config.image_pull_grace_seconds:.0f} s"
+        _terminal(st, "Failed", IMAGE_PULL, f"{failure.message}; not retried{grace}")
+        return 0.0
+    return left
 
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:
@@ -572,12 +618,16 @@ def _start_gang(
         wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
         if wait > 0:
             return finish(requeue=wait)
+    if admission.queue:  # the queue that admitted the job, or that it waits in
+        st.new["queue"] = admission.queue
     if not admission.admitted and admission.reason == "Policy":
         # Tenant policy refuses the job as written: never silently altered, never queued.
         st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
         return finish()
     if not admission.admitted:
-        st.wait(admission.reason, admission.message, admission.position)
+        # A broken queue is the tenant's to fix: the wait is loud (a Warning Event).
+        loud = admission.reason == QUEUE_INVALID
+        st.wait(admission.reason, admission.message, admission.position, warning=loud)
         return finish(requeue=5.0)
     try:
         result: Plan | Wait = admission.plan or plan_job(

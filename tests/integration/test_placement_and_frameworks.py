@@ -134,11 +134,12 @@ def test_mpi_hostfile_lists_every_worker(kube: Kube, namespace: str) -> None:
         assert any(ln.startswith(f"{name}-worker-{i}.{name}.{namespace}.svc ") for ln in lines)
     gpus = job["spec"]["replicaSpecs"]["Worker"]["gpus"]
     assert all(ln.endswith(f"slots={gpus}") for ln in lines)
-    secret = kube.get("secret", f"{name}-ssh", "-n", namespace)
-    assert set(secret["data"]) >= {"id_ed25519", "authorized_keys"}
     launcher = kube.get("pod", f"{name}-launcher-0", "-n", namespace)
     vols = {v["name"]: v for v in launcher["spec"]["volumes"]}
-    assert vols["trainop-ssh"]["secret"]["secretName"] == f"{name}-ssh"
+    secret_name = vols["trainop-ssh"]["secret"]["secretName"]
+    assert secret_name.startswith(f"{name}-ssh-")
+    secret = kube.get("secret", secret_name, "-n", namespace)
+    assert set(secret["data"]) >= {"id_ed25519", "authorized_keys"}
 
 
 def _wait_quiescent(kube: Kube) -> None:

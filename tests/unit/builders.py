@@ -299,6 +299,44 @@ class PodBuilder:
             return self._state("Failed", None)
         return self._state("Failed", {"terminated": {"exitCode": code, "reason": "Error"}})
 
+    def terminated(self, code: int, reason: str = "Error", message: str = "") -> PodBuilder:
+        """Phase Failed with this exit code, container reason and termination message."""
+        term: dict[str, Any] = {"exitCode": code, "reason": reason}
+        if message:
+            term["message"] = message
+        return self._state("Failed", {"terminated": term})
+
+    def oom_killed(self) -> PodBuilder:
+        return self.terminated(137, "OOMKilled")
+
+    def evicted(self, message: str = "The node was low on resource: memory.") -> PodBuilder:
+        """Failed by the kubelet's node-pressure eviction: pod reason Evicted, no exit code."""
+        self._state("Failed", None)
+        self._obj["status"].update(reason="Evicted", message=message)
+        return self
+
+    def node_lost(self) -> PodBuilder:
+        """Failed because its node went away (the DisruptionTarget condition says so)."""
+        self._state("Failed", None)
+        self._obj["status"]["conditions"] = [
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByPodGC",
+                "message": "PodGC: node no longer exists",
+            }
+        ]
+        return self
+
+    def image_pull(
+        self, reason: str = "ImagePullBackOff", image: str = "nvcr.io/x:1"
+    ) -> PodBuilder:
+        """Pending, its container waiting on an image it cannot pull."""
+        waiting = {"reason": reason, "message": f'Back-off pulling image "{image}"'}
+        self._state("Pending", {"waiting": waiting})
+        self._obj["status"]["containerStatuses"][0]["image"] = image
+        return self
+
     def deleting(self) -> PodBuilder:
         self._obj["metadata"]["deletionTimestamp"] = ago(1)
         return self

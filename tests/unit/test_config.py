@@ -43,6 +43,7 @@ def test_every_key(tmp_path: Path) -> None:
         "compatAffinity": False,
         "restartBackoffSeconds": 5,
         "restartBackoffMaxSeconds": 60.5,
+        "imagePullGraceSeconds": 30,
     }  # fmt: skip
     cfg = load_operator_config(write(tmp_path, data))
     assert cfg.topology_levels == ("example.com/zone", c.LABEL_RACK, c.LABEL_HOSTNAME)
@@ -53,6 +54,7 @@ def test_every_key(tmp_path: Path) -> None:
     assert spec is not None and spec.repository == "registry.local/nvidia/pytorch"
     assert cfg.compat_affinity is False
     assert (cfg.restart_backoff_seconds, cfg.restart_backoff_max_seconds) == (5.0, 60.5)
+    assert cfg.image_pull_grace_seconds == 30.0
 
 
 @pytest.mark.parametrize(

@@ -45,3 +45,24 @@ def test_running_job_shows_placement_pods_and_events() -> None:
     assert "GangPlaced" in text
     assert "Restarts:   1 (backoffLimit 3)" in text
     assert "Queue:      nlp (not found)" in text
+
+
+def test_the_admitting_queue_comes_from_status() -> None:
+    job = {**JOB, "spec": {**JOB["spec"], "queue": None}, "status": {"queue": "team-default"}}
+    text = explain_text(job, [], [], None)
+    assert "Queue:      team-default (not found)" in text
+
+
+def test_builtin_queue_is_explained() -> None:
+    job = {**JOB, "spec": {**JOB["spec"], "queue": None}, "status": {"queue": "(built-in)"}}
+    assert "(built-in): no TrainingQueue serves the namespace" in explain_text(job, [], [], None)
+
+
+def test_invalid_queue_is_shouted() -> None:
+    job = {**JOB, "status": {"phase": "Queued", "queue": "nlp", "pendingReason": "QueueInvalid",
+                             "pendingMessage": "queue nlp is invalid: spec.quotas[1].name: x"}}  # fmt: skip
+    queue = {"spec": {}, "status": {"conditions": [
+        {"type": "Active", "status": "False", "message": "spec.quotas[1].name: x"}]}}  # fmt: skip
+    text = explain_text(job, [], [], queue)
+    assert "Queue:      nlp (INVALID: spec.quotas[1].name: x)" in text
+    assert "Waiting:    QueueInvalid" in text

@@ -25,7 +25,8 @@ def test_names_follow_design_contract() -> None:
     assert fw.pod_name("bert", "Worker", 3) == "bert-worker-3"
     assert fw.member_host("bert", "team", "PS", 0) == "bert-ps-0.bert.team.svc"
     assert fw.config_map_name("bert") == "bert-config"
-    assert fw.ssh_secret_name("bert") == "bert-ssh"
+    assert fw.ssh_secret_name("bert", "u1") == "bert-ssh-bb82030d"  # sha256 of the uid
+    assert fw.ssh_secret_name("bert", "u1") != fw.ssh_secret_name("bert", "u2")
     assert fw.CONFIG_MOUNT_PATH == "/etc/trainop"
 
 

@@ -132,6 +132,61 @@ POLICY_CASES = {
         base(tmpl=template({"hostNetwork": True, "hostPID": True})),
         ["spec.framework.name", "spec.replicaSpecs", f"{POD}.hostNetwork", f"{POD}.hostPID"],
     ),
+    # issue 12: the remaining escalations, and registry boundaries
+    "host-ipc": PolicyCase({}, base(tmpl=template({"hostIPC": True})), [f"{POD}.hostIPC"],
+                           says="policy.allowHostIPC is false"),
+    "host-ipc-allowed": PolicyCase({"allowHostIPC": True},
+                                   base(tmpl=template({"hostIPC": True})), []),
+    "run-as-root-pod": PolicyCase(
+        {}, base(tmpl=template({"securityContext": {"runAsUser": 0}})),
+        [f"{POD}.securityContext.runAsUser"], says="policy.allowRunAsRoot is false",
+    ),
+    "run-as-root-container": PolicyCase(
+        {}, base(tmpl=template({"containers": [container(securityContext={"runAsUser": 0})]})),
+        [f"{POD}.containers[0].securityContext.runAsUser"],
+    ),
+    "run-as-root-allowed": PolicyCase(
+        {"allowRunAsRoot": True},
+        base(tmpl=template({"securityContext": {"runAsUser": 0}})), [],
+    ),
+    "run-as-non-root-fine": PolicyCase(
+        {}, base(tmpl=template({"securityContext": {"runAsUser": 1000},
+                                "containers": [container(securityContext={"runAsUser": 1})]})),
+        [],
+    ),
+    "registry-prefix-stops-at-the-host": PolicyCase(
+        {"allowedImagePrefixes": ["nvcr.io"]}, base().set("image", "nvcr.io.evil.com/x:1"),
+        ["spec.image"], image="nvcr.io.evil.com/x:1",
+    ),
+    "registry-prefix-without-slash-still-matches-its-host": PolicyCase(
+        {"allowedImagePrefixes": ["nvcr.io"]}, base(), [],
+    ),
+    "repository-prefix-stops-at-the-name": PolicyCase(
+        {"allowedImagePrefixes": ["nvcr.io/nvidia/pytorch"]},
+        base(tmpl=template({"containers": [container(image="nvcr.io/nvidia/pytorch-evil:1")]})),
+        [f"{POD}.containers[0].image"],
+    ),
+    "docker-hub-short-name-matches-its-full-form": PolicyCase(
+        {"allowedImagePrefixes": ["docker.io/library/"]}, base().set("image", "ubuntu:22.04"),
+        [], image="ubuntu:22.04",
+    ),
+    "docker-hub-short-name-refused-elsewhere": PolicyCase(
+        {"allowedImagePrefixes": ["nvcr.io/"]},
+        base(tmpl=template({"containers": [container(image="ubuntu")]})),
+        [f"{POD}.containers[0].image"],
+    ),
+    "every-escalation-at-once": PolicyCase(
+        {}, base(tmpl=template({
+            "hostNetwork": True, "hostPID": True, "hostIPC": True,
+            "securityContext": {"runAsUser": 0},
+            "volumes": [{"name": "h", "hostPath": {"path": "/dev"}}],
+            "containers": [container(securityContext={
+                "privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}})]})),
+        [f"{POD}.hostNetwork", f"{POD}.hostPID", f"{POD}.hostIPC",
+         f"{POD}.securityContext.runAsUser", f"{POD}.volumes[0].hostPath",
+         f"{POD}.containers[0].securityContext.privileged",
+         f"{POD}.containers[0].securityContext.capabilities.add"],
+    ),
 }  # fmt: skip
 
 

@@ -611,7 +611,181 @@ CASES = [
         events=(("Warning", "PodMissing"),),
         requeue=1.0,
     ),
-]
+    # Fail loud (issue 12): checks before anything is created.
+    Case(
+        "name-too-long-for-pod-hostnames-is-invalid",
+        job("b" * 55),
+        phase="Invalid",
+        reason="InvalidName",
+        message="shorten metadata.name to at most 54 characters",
+        events=(("Warning", "InvalidName"),),
+    ),
+    Case(
+        "name-with-a-dot-cannot-name-the-service",
+        job("bert.v2"),
+        phase="Invalid",
+        reason="InvalidName",
+        message="metadata.name: 'bert.v2' cannot name the job's headless Service",
+        events=(("Warning", "InvalidName"),),
+    ),
+    Case(
+        "template-label-value-too-long-is-invalid",
+        job().role("Worker", 2, 8, {"metadata": {"labels": {"team": "x" * 64}}}),
+        phase="Invalid",
+        reason="InvalidName",
+        message="spec.replicaSpecs.Worker.template.metadata.labels.team: label value",
+        events=(("Warning", "InvalidName"),),
+    ),
+    Case(
+        "running-gang-renamed-invalid-is-torn-down",
+        running(job().role("Worker", 2, 8, {"metadata": {"labels": {"bad key": "v"}}})),
+        (pod(W0).running(), pod(W1).running()),
+        phase="Invalid",
+        reason="InvalidName",
+        delete=(W0, W1),
+        events=(("Warning", "InvalidName"),),
+    ),
+    # A broken queue: the job waits on it, loudly, and names it.
+    Case(
+        "broken-queue-job-waits-naming-the-queue",
+        job(),
+        admission=Admission(
+            False, "QueueInvalid", "queue nlp is invalid: spec.quotas[1].products: ...", queue="nlp"
+        ),
+        phase="Queued",
+        reason="QueueInvalid",
+        message="queue nlp is invalid",
+        events=(("Warning", "QueueInvalid"),),
+        requeue=5.0,
+        status={"pendingReason": "QueueInvalid", "queue": "nlp"},
+    ),
+    Case(
+        "admitting-queue-written-to-status",
+        job(),
+        admission=Admission(True, queue="team-a-default"),
+        phase="Admitted",
+        reason="GangPlaced",
+        create=("bert", W0, W1),
+        events=(("Normal", "GangPlaced"),),
+        requeue=1.0,
+        status={"queue": "team-a-default"},
+    ),
+    Case(
+        "no-queue-verdict-leaves-status-queue-alone",
+        job().with_status(queue="nlp"),
+        phase="Admitted",
+        create=("bert", W0, W1),
+        events=(("Normal", "GangPlaced"),),
+        requeue=1.0,
+        status={"queue": "nlp"},
+    ),
+    # Failure classification.
+    Case(
+        "oom-killed-restarts-and-says-so",
+        running(job().run_policy(restartPolicy="ExitCode")),
+        (pod(W0).running(), pod(W1).oom_killed()),
+        phase="Restarting",
+        reason="GangRestart",
+        message=f"pod {W1} was OOM-killed",
+        delete=(W0, W1),
+        events=(("Warning", "GangRestart"),),
+        requeue=1.0,
+        status={"restartCount": 1, "lastFailure": {
+            "reason": "OOMKilled", "pod": W1, "retryable": True, "exitCode": 137,
+            "message": f"pod {W1} was OOM-killed: raise the container's memory limit in its "
+            "template"}},
+    ),
+    Case(
+        "nccl-error-exit-1-retryable-under-exit-code",
+        running(job().run_policy(restartPolicy="ExitCode")),
+        (pod(W0).terminated(1, message="RuntimeError: NCCL error in: ...: unhandled system "
+                                        "error"), pod(W1).running()),
+        phase="Restarting",
+        reason="GangRestart",
+        message="NCCL error",
+        delete=(W0, W1),
+        events=(("Warning", "GangRestart"),),
+        requeue=1.0,
+        status={"restartCount": 1},
+    ),
+    Case(
+        "xid-is-the-root-cause-over-a-peer-exit-code",
+        running(job().run_policy(restartPolicy="ExitCode")),
+        (pod(W0).terminated(1), pod(W1).terminated(134, message="NVRM: Xid (PCI:0000:3b:00): "
+                                                              "79, GPU has fallen off the bus")),
+        phase="Restarting",
+        reason="GangRestart",
+        message="GPU Xid 79 (GPU has fallen off the bus)",
+        delete=(W0, W1),
+        events=(("Warning", "GangRestart"),),
+        requeue=1.0,
+    ),
+    Case(
+        "evicted-restarts-uncounted",
+        running().with_status(restartCount=2),
+        (pod(W0).running(), pod(W1).evicted()),
+        phase="Restarting",
+        reason="Evicted",
+        message="not counted against backoffLimit",
+        delete=(W0, W1),
+        events=(("Warning", "Evicted"),),
+        requeue=1.0,
+        status={"restartCount": 2},
+    ),
+    Case(
+        "node-lost-restarts-uncounted-even-at-the-backoff-limit",
+        running(job().run_policy(backoffLimit=0)),
+        (pod(W0).node_lost(), pod(W1).running()),
+        phase="Restarting",
+        reason="NodeLost",
+        delete=(W0, W1),
+        events=(("Warning", "NodeLost"),),
+        requeue=1.0,
+        status={"restartCount": ABSENT},
+    ),
+    Case(
+        "node-lost-under-never-fails",
+        running(job().run_policy(restartPolicy="Never")),
+        (pod(W0).node_lost(), pod(W1).running()),
+        phase="Failed",
+        reason="PodFailed",
+        message="lost its node",
+        delete=(W0, W1),
+        events=(("Warning", "PodFailed"),),
+    ),
+    Case(
+        "image-pull-back-off-within-grace-waits",
+        admitted(),
+        (pod(W0).on(A100_1).image_pull(), pod(W1).on(A100_2).pending()),
+        phase="Admitted",
+        requeue=2.0,
+    ),
+    Case(
+        "image-pull-back-off-past-grace-fails-naming-the-image",
+        admitted().with_status(startTime=ago(121)),
+        (pod(W0).on(A100_1).image_pull(), pod(W1).on(A100_2).pending()),
+        phase="Failed",
+        reason="ImagePullFailed",
+        message=f"pod {W0} cannot pull image nvcr.io/x:1",
+        delete=(W0, W1),
+        events=(("Warning", "ImagePullFailed"),),
+        status={"lastFailure": {
+            "reason": "ImagePullFailed", "pod": W0, "retryable": False,
+            "message": f"pod {W0} cannot pull image nvcr.io/x:1 (ImagePullBackOff: Back-off "
+            'pulling image "nvcr.io/x:1"): fix spec.image (or the template\'s image), or the '
+            "registry credentials (imagePullSecrets)"}},
+    ),
+    Case(
+        "invalid-image-name-fails-at-once",
+        admitted(),
+        (pod(W0).on(A100_1).image_pull("InvalidImageName", "nvcr.io/X Y"), pod(W1).running()),
+        phase="Failed",
+        reason="ImagePullFailed",
+        message="nvcr.io/X Y",
+        delete=(W0, W1),
+        events=(("Warning", "ImagePullFailed"),),
+    ),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", [pytest.param(x, id=x.id) for x in CASES])
@@ -738,7 +912,7 @@ def test_new_job_gets_a_gated_pinned_gang_and_a_headless_service() -> None:
 
 def test_mpi_job_asks_the_shell_for_its_ssh_secret() -> None:
     acts = run(mpi_job())
-    assert acts.needs_ssh_secret == "hv-ssh"
+    assert (acts.needs_ssh_secret or "").startswith("hv-ssh-")
     assert [o["kind"] for o in acts.create] == ["Service", "ConfigMap", "Pod", "Pod", "Pod"]
 
 
@@ -1402,3 +1576,46 @@ def test_a_failing_node_restarts_the_whole_gang_without_counting(
     assert phrase in cond(acts.status, "Restarting")["message"]
     assert sorted(acts.delete_pods) == [W0, W1]
     assert int(acts.status.get("restartCount") or 0) == 0
+
+
+# --- fail loud (issue 12): PriorityClass checked before a gang, never under a running one ----
+
+
+def test_missing_priority_class_is_invalid_with_nothing_created() -> None:
+    body = job().set("priorityClassName", "urgent").build()
+    acts = reconcile(body, [], fleet_snapshot, CONFIG, NOW, ADMIT_ALL, {"low", "high"})
+    st = acts.status
+    assert st["phase"] == "Invalid"
+    invalid = cond(st, "Invalid")
+    assert invalid["reason"] == "PriorityClassNotFound"
+    assert invalid["message"].startswith("spec.priorityClassName: PriorityClass 'urgent' does not")
+    assert "high, low" in invalid["message"]
+    assert acts.events == [("Warning", "PriorityClassNotFound", invalid["message"])]
+    assert acts.create == [] and acts.delete_pods == []
+
+
+def test_existing_priority_class_lets_the_gang_start() -> None:
+    body = job().set("priorityClassName", "high").build()
+    acts = reconcile(body, [], fleet_snapshot, CONFIG, NOW, ADMIT_ALL, {"high"})
+    assert acts.status["phase"] == "Admitted"
+    assert all(p["spec"]["priorityClassName"] == "high" for p in acts.create if p["kind"] == "Pod")
+
+
+def test_priority_class_deleted_under_a_running_gang_keeps_it() -> None:
+    body = running(job().set("priorityClassName", "gone")).build()
+    pods = as_pods([pod(W0).running(), pod(W1).running()])
+    acts = reconcile(body, pods, fleet_snapshot, CONFIG, NOW, ADMIT_ALL, set())
+    assert acts.status["phase"] == "Running" and acts.delete_pods == []
+
+
+def test_priority_class_created_later_leaves_invalid() -> None:
+    body = job().set("priorityClassName", "high").phase("Invalid", "PriorityClassNotFound", "x")
+    acts = reconcile(body.build(), [], fleet_snapshot, CONFIG, NOW, ADMIT_ALL, {"high"})
+    assert acts.status["phase"] == "Admitted"
+    assert cond(acts.status, "Invalid")["status"] == "False"
+
+
+def test_failure_is_reported_once_in_status_and_names_its_pod() -> None:
+    acts = run(running(), [pod(W0).running(), pod(W1).evicted()])
+    assert acts.status["lastFailure"]["reason"] == "Evicted"
+    assert acts.status["lastFailure"]["pod"] == W1

@@ -131,7 +131,7 @@ def test_tensorflow_example_tf_config() -> None:
 
 def test_mpi_example_hostfile_and_secret_note() -> None:
     result = render(EXAMPLES / "mpi-horovod.yaml")
-    assert "# not rendered: Secret bert-horovod-ssh" in result.stdout
+    assert "# not rendered: Secret bert-horovod-ssh-" in result.stdout
     objs = objects(result)
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     hostfile = next(v for k, v in cm["data"].items() if "hostfile" in k)

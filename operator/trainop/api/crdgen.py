@@ -114,6 +114,7 @@ class CrdSpec:
     categories: tuple[str, ...] = ("trainop",)
     printer_columns: tuple[dict[str, Any], ...] = ()
     spec_validations: tuple[dict[str, str], ...] = ()
+    root_validations: tuple[dict[str, str], ...] = ()
     description: str = ""
     spec_required: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
@@ -145,6 +146,8 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
     }
     if spec.spec_required:
         root["required"] = ["spec"]
+    if spec.root_validations:
+        root["x-kubernetes-validations"] = list(spec.root_validations)
     version: dict[str, Any] = {
         "name": c.VERSION,
         "served": True,
@@ -179,6 +182,7 @@ def all_crd_specs() -> list[CrdSpec]:
     # Imported here so `crdgen` stays importable while a model module is being edited.
     from trainop.api.fabricprofile import FabricProfileSpec
     from trainop.api.trainingjob import (
+        TRAININGJOB_ROOT_VALIDATIONS,
         TRAININGJOB_SPEC_VALIDATIONS,
         TrainingJobSpec,
         TrainingJobStatus,
@@ -198,10 +202,11 @@ def all_crd_specs() -> list[CrdSpec]:
             description="A distributed GPU training job: a gang of pods placed together along "
             "the network topology, wired for its framework, admitted through a queue.",
             spec_validations=tuple(TRAININGJOB_SPEC_VALIDATIONS),
+            root_validations=tuple(TRAININGJOB_ROOT_VALIDATIONS),
             printer_columns=(
                 {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
                 {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
-                {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+                {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 age,
             ),
@@ -217,6 +222,11 @@ def all_crd_specs() -> list[CrdSpec]:
             description="A tenant queue: which namespaces it serves, GPU quotas per product, "
             "cohort borrowing, fair-share weight and tenant policy.",
             printer_columns=(
+                {
+                    "name": "Active",
+                    "type": "string",
+                    "jsonPath": '.status.conditions[?(@.type=="Active")].status',
+                },
                 {"name": "Cohort", "type": "string", "jsonPath": ".spec.cohort"},
                 {"name": "Weight", "type": "number", "jsonPath": ".spec.weight"},
                 {"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedJobs"},

@@ -28,6 +28,10 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # Conditions: one per phase, plus Preempted (set by the queue on eviction).
 
 
+# A DNS-1123 subdomain: what a PriorityClass or TrainingQueue name must be.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"rule": rule, "message": message}
     if field_path:
@@ -140,15 +144,23 @@ class TrainingJobSpec(ApiModel):
         "its CUDA; otherwise spec.cuda states it. Empty: the catalog picks the NGC image.",
     )
     queue: str | None = Field(
-        default=None, description="TrainingQueue name; empty uses the namespace's default queue."
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="TrainingQueue name; empty uses the namespace's default queue.",
     )
     priority_class_name: str | None = Field(
-        default=None, description="PriorityClass whose value orders jobs within the queue."
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="PriorityClass whose value orders jobs within the queue; it must exist "
+        "(the job is Invalid, with nothing created, until it does).",
     )
     replica_specs: dict[str, ReplicaSpec] = Field(
         description="Role -> replica spec. Worker always; Chief/PS/Evaluator for TensorFlow; "
         "Launcher for MPI; Server/Scheduler for MXNet.",
         min_length=1,
+        max_length=len(ROLES),
         json_schema_extra={
             "x-kubernetes-validations": [
                 _cel("'Worker' in self", "a Worker role is required: add spec.replicaSpecs.Worker"),
@@ -248,6 +260,24 @@ TRAININGJOB_SPEC_VALIDATIONS = [
 ]
 
 
+# Rules on the whole object (CEL may read metadata.name at the root): every generated name
+# must fit. Pods are `<job>-<role>-<index>` and double as hostnames (DNS labels, <= 63); the
+# headless Service `<job>` must be a DNS-1035 label. trainop.validation checks the same.
+TRAININGJOB_ROOT_VALIDATIONS = [
+    _cel(
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        "metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting "
+        "with a letter, no dots): it names the job's headless Service",
+    ),
+    _cel(
+        "self.spec.replicaSpecs.all(r, self.metadata.name.size() + r.size() + "
+        "string(self.spec.replicaSpecs[r].replicas - 1).size() + 2 <= 63)",
+        "metadata.name is too long: pod names <name>-<role>-<index> are hostnames of at most "
+        "63 characters; shorten metadata.name",
+    ),
+]
+
+
 class Condition(ApiModel):
     type: str = Field(description="Condition type, e.g. Admitted, Running, Succeeded, Invalid.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
@@ -278,6 +308,19 @@ class PlacementStatus(ApiModel):
     score: float | None = Field(default=None, description="Placement score (lower is better).")
 
 
+class FailureStatus(ApiModel):
+    reason: str = Field(
+        description="ExitCode | Signal | OOMKilled | Evicted | NodeLost | ImagePullFailed | "
+        "NCCLError | GPUXid | Unknown."
+    )
+    pod: str = Field(default="", description="The pod that failed.")
+    exit_code: int | None = Field(default=None, description="Its non-zero exit code, if any.")
+    retryable: bool = Field(
+        default=False, description="Whether restartPolicy ExitCode restarts the gang for it."
+    )
+    message: str = Field(default="", description="What happened, in one sentence.")
+
+
 class TrainingJobStatus(ApiModel):
     phase: Phase | None = Field(default=None, description="Summary of the conditions.")
     conditions: list[Condition] = Field(default_factory=list, description="Lifecycle conditions.")
@@ -300,8 +343,16 @@ class TrainingJobStatus(ApiModel):
         default=None, description="1-based position among pending jobs of its queue."
     )
     pending_reason: str | None = Field(
-        default=None, description="Quota | NoFit | Policy | Incompatible."
+        default=None, description="Quota | NoFit | Policy | Incompatible | QueueInvalid."
     )
     pending_message: str | None = Field(
         default=None, description="Why the job waits, in one sentence."
+    )
+    queue: str | None = Field(
+        default=None,
+        description="The TrainingQueue that admitted the job, or that it waits in "
+        "((built-in) when no TrainingQueue serves its namespace).",
+    )
+    last_failure: FailureStatus | None = Field(
+        default=None, description="The last pod failure, classified (see docs/failures.md)."
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, JsonValue
 
 from trainop.api.base import ApiModel
+from trainop.api.trainingjob import Condition
 
 
 class NamespaceSelector(ApiModel):
@@ -16,13 +17,18 @@ class NamespaceSelector(ApiModel):
 
 
 class GpuQuota(ApiModel):
-    products: list[str] = Field(
+    products: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(
         default_factory=list,
+        max_length=32,  # bounds keep the CEL cost of QUOTA_VALIDATIONS within the budget
         description="nvidia.com/gpu.product values this quota covers (a product group); "
         "empty covers any product.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     name: str | None = Field(
-        default=None, description="Name of the product group in status and metrics, e.g. h100."
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="Name of the product group in status and metrics, e.g. h100.",
     )
     gpus: int = Field(ge=0, description="Nominal GPUs of these products this queue may use.")
     borrowing_limit: int | None = Field(
@@ -42,7 +48,10 @@ class CudaRange(ApiModel):
 class TenantPolicy(ApiModel):
     allowed_image_prefixes: list[str] = Field(
         default_factory=list,
-        description="Images must start with one of these (e.g. nvcr.io/nvidia/); empty allows any.",
+        description="Images must start with one of these (e.g. nvcr.io/nvidia/); empty allows "
+        "any. A prefix ends at a registry, path or tag boundary: nvcr.io matches "
+        "nvcr.io/nvidia/x but not nvcr.io.evil.com/x; Docker Hub short names are matched in "
+        "their full form too (ubuntu is docker.io/library/ubuntu).",
     )
     allowed_frameworks: list[str] = Field(
         default_factory=list, description="Frameworks allowed; empty allows all."
@@ -54,7 +63,18 @@ class TenantPolicy(ApiModel):
     allow_host_network: bool = Field(
         default=False, description="Pod templates may use hostNetwork."
     )
-    allow_host_pid: bool = Field(default=False, description="Pod templates may use hostPID.")
+    # Spelled like the pod fields (hostPID, hostIPC), as docs/queues.md always wrote them.
+    allow_host_pid: bool = Field(
+        default=False, alias="allowHostPID", description="Pod templates may use hostPID."
+    )
+    allow_host_ipc: bool = Field(
+        default=False, alias="allowHostIPC", description="Pod templates may use hostIPC."
+    )
+    allow_run_as_root: bool = Field(
+        default=False,
+        description="Pod templates may set runAsUser: 0 (pod or container securityContext). "
+        "Images that run as root by default are not affected: this refuses asking for root.",
+    )
     allow_host_path: bool = Field(
         default=False, description="Pod templates may mount hostPath volumes."
     )
@@ -77,6 +97,25 @@ class Preemption(ApiModel):
     )
 
 
+# Quota rules CEL can state (queueing.model.QueueState.from_spec checks the rest, e.g. a
+# name that equals another quota's derived group key).
+QUOTA_VALIDATIONS: list[JsonValue] = [
+    {
+        "rule": "self.all(q, !has(q.name) || self.exists_one(o, has(o.name) && o.name == q.name))",
+        "message": "two quotas have the same name: name each product group once",
+    },
+    {
+        "rule": "self.all(q, !has(q.products) || q.products.all(p, "
+        "self.exists_one(o, has(o.products) && p in o.products)))",
+        "message": "a GPU product appears in two quotas: each product belongs to one quota",
+    },
+    {
+        "rule": "self.filter(q, !has(q.products) || size(q.products) == 0).size() <= 1",
+        "message": "only one quota may leave products empty (it covers any other product)",
+    },
+]
+
+
 class TrainingQueueSpec(ApiModel):
     """Desired state of a TrainingQueue."""
 
@@ -89,7 +128,10 @@ class TrainingQueueSpec(ApiModel):
         description="Jobs in served namespaces that name no queue go to this one.",
     )
     quotas: list[GpuQuota] = Field(
-        default_factory=list, description="GPU quotas per product group."
+        default_factory=list,
+        max_length=32,
+        description="GPU quotas per product group; a product belongs to one quota only.",
+        json_schema_extra={"x-kubernetes-validations": QUOTA_VALIDATIONS},
     )
     cohort: str | None = Field(
         default=None, description="Queues of one cohort lend each other idle quota."
@@ -122,6 +164,11 @@ class ProductUsage(ApiModel):
 
 
 class TrainingQueueStatus(ApiModel):
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Active: True when the operator can use the queue; False with the reason "
+        "(e.g. InvalidSpec) when it is broken: its jobs then wait (pendingReason QueueInvalid).",
+    )
     usage: list[ProductUsage] = Field(default_factory=list, description="Per product group.")
     admitted_jobs: int = Field(default=0, description="Jobs admitted and not finished.")
     pending_jobs: int = Field(default=0, description="Jobs waiting.")

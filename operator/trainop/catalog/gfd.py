@@ -72,7 +72,8 @@ def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
     """Parse GFD labels.
 
     The newer `cuda.driver-version.*` names win over the deprecated `cuda.driver.*`."""
-    labels = labels or {}
+    # Label values are strings on the API; YAML fleets (trainop simulate) may hold numbers.
+    labels = {str(k): str(v) for k, v in (labels or {}).items() if v is not None}
     product = _first(labels, c.GFD_PRODUCT)
     cmaj, cmin = _int(labels.get(c.GFD_COMPUTE_MAJOR)), _int(labels.get(c.GFD_COMPUTE_MINOR))
     cc = (cmaj, cmin if cmin is not None else 0) if cmaj is not None else None

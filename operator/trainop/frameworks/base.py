@@ -10,6 +10,7 @@ no I/O.
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -37,9 +38,14 @@ def config_map_name(job: str) -> str:
     return f"{job}-config"
 
 
-def ssh_secret_name(job: str) -> str:
-    """The Secret with the job's SSH keypair when `Wiring.needs_ssh` (the planner makes it)."""
-    return f"{job}-ssh"
+def ssh_secret_name(job: str, uid: str) -> str:
+    """The Secret with the job's SSH keypair when `Wiring.needs_ssh` (the kube layer makes it).
+
+    `<job>-ssh-<8 hex of the job's uid>`: a job recreated under the same name, or anyone's
+    Secret called `<job>-ssh`, can never hand a job another object's keys, and the operator
+    needs no right to read Secrets back to be sure (an existing one of this name is its own).
+    """
+    return f"{job}-ssh-{hashlib.sha256(uid.encode()).hexdigest()[:8]}"
 
 
 def config_path(name: str) -> str:
@@ -103,7 +109,7 @@ class Wiring:
     config_files:    file name -> content for the ConfigMap `config_map_name(job)`,
                      mounted at CONFIG_MOUNT_PATH in every pod (e.g. the MPI hostfile).
     container_ports: per role present in the job, the ports its container listens on.
-    needs_ssh:       the job needs the SSH keypair Secret `ssh_secret_name(job)` mounted
+    needs_ssh:       the job needs the SSH keypair Secret `ssh_secret_name(job, uid)` mounted
                      in every pod (MPI: mpirun starts remote ranks over ssh).
     command_for:     per role, a wrapper prepended to the user's container command: the
                      container runs `command_for[role] + user command + user args`, so the

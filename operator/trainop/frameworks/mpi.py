@@ -2,7 +2,7 @@
 
 Shape: one Launcher pod runs the user's `mpirun ...` and no ranks itself (it may have 0
 GPUs); Worker pods run sshd and host the ranks. mpirun reaches the workers over ssh with
-the per-job keypair in the Secret `<job>-ssh`, mounted in every pod (the planner makes
+the per-job keypair in the Secret `<job>-ssh-<uid digest>`, mounted in every pod (the planner makes
 it; this module only declares `needs_ssh`).
 
 - `hostfile` (ConfigMap `<job>-config`, mounted at /etc/trainop) lists each worker as

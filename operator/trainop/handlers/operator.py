@@ -38,6 +38,7 @@ from trainop.kube.secrets import ssh_secret
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, job_ref, parse_spec
 from trainop.queueing.cluster import PassResult
 from trainop.queueing.model import JobDecision
+from trainop.queueing.status import queue_statuses
 from trainop.reconcile import (
     ADMIT_ALL,
     Actions,
@@ -336,7 +337,9 @@ async def reconcile_job(key: Key) -> None:
             if admission is None:
                 return  # a new job: the admission loop reconciles it once it has decided
             now = datetime.now(UTC).replace(tzinfo=None)
-            acts = reconcile(body, pods, state.snapshot, current_config(), now, admission)
+            acts = reconcile(
+                body, pods, state.snapshot, current_config(), now, admission, state.priorities
+            )
             await _apply(key[0], key[1], body, acts)
             state.failures.pop(key, None)
             if admission.admitted and admission.plan is not None:
@@ -486,8 +489,9 @@ async def publish(result: PassResult) -> None:
     api = Runtime.api
     assert api is not None
     state = Runtime.state
-    for qname, usage in result.decisions.usage.items():
-        status = usage.to_status()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    statuses = queue_statuses(result.decisions, result.broken, state.queues, now)
+    for qname, status in statuses.items():
         for group in status.get("usage", []):
             for kind in ("quota", "used", "borrowed", "pending"):
                 metrics.QUEUE_GPUS.labels(qname, group["name"], kind).set(group.get(kind, 0))

@@ -222,6 +222,7 @@ class AdmissionLoop:
                 message=decision.message,
                 position=decision.position,
                 plan=plan if admitted else None,
+                queue=decision.queue,
             )
             meta = body["metadata"]
             verdict = Verdict(admission, meta.get("uid"), meta.get("generation"))

@@ -46,6 +46,14 @@ _POD_META = (
     "ownerReferences",
     "uid",
 )
+_POD_STATUS = (
+    "phase",
+    "containerStatuses",
+    "conditions",
+    "reason",
+    "message",
+    "initContainerStatuses",
+)
 _POD_SPEC = (
     "nodeName",
     "containers",
@@ -65,7 +73,8 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
         {
             "metadata": {k: meta.get(k) for k in _POD_META},
             "spec": {k: spec.get(k) for k in _POD_SPEC if spec.get(k) is not None},
-            "status": {k: status.get(k) for k in ("phase", "containerStatuses", "conditions")},
+            # reason/message/initContainerStatuses: failure classification (trainop.failures).
+            "status": {k: status.get(k) for k in _POD_STATUS if status.get(k) is not None},
         }
     )
 

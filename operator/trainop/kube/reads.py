@@ -35,7 +35,7 @@ def job_context(namespace: str, name: str) -> dict[str, Any] | None:
     ).items
     queue = None
     queue_name = (job.get("status") or {}).get("queue") or (job.get("spec") or {}).get("queue")
-    if queue_name:
+    if queue_name and not queue_name.startswith("("):  # "(built-in)" is no object
         try:
             queue = custom.get_cluster_custom_object(
                 c.GROUP, c.VERSION, "trainingqueues", queue_name

@@ -1,4 +1,10 @@
-"""Makes the per-job SSH keypair Secret MPI jobs need (random, so it lives in the shell, not the planner)."""
+"""Makes the per-job SSH keypair Secret MPI jobs need (random, so it lives in the shell, not the planner).
+
+The Secret is owned by its job (ownerReference with the job's uid) and mounted read-only
+with mode 0400 (manifests.build_pod). Its name carries a digest of the job's uid
+(frameworks.ssh_secret_name), so it is never shared: not with a later job of the same name,
+not with anyone's Secret called `<job>-ssh`; a 409 on create can only be this job's own.
+"""
 
 from __future__ import annotations
 

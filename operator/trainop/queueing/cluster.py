@@ -14,14 +14,24 @@ from datetime import datetime
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.trainingjob import TERMINAL_PHASES
+from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
 from trainop.queueing.admission import admit
-from trainop.queueing.model import POLICY, Decisions, QueueConfigError, QueuedJob, QueueState
+from trainop.queueing.model import (
+    POLICY,
+    QUEUE_INVALID,
+    Decisions,
+    QueueConfigError,
+    QueuedJob,
+    QueueState,
+    broken_queue,
+    queue_invalid_message,
+)
 from trainop.queueing.planning import PlannerPlacer, job_policy
 from trainop.queueing.resolve import QueueError, resolve_queue
+from trainop.validation import check_names, check_priority_class
 
 _OUT_OF_LINE = TERMINAL_PHASES
 
@@ -32,6 +42,37 @@ class PassResult:
     queue_of: Mapping[str, str]  # job key -> queue name
     queue_errors: tuple[str, ...] = ()
     jobs: Mapping[str, QueuedJob] = field(default_factory=dict)
+    broken: Mapping[str, QueueConfigError] = field(default_factory=dict)  # queue -> error
+
+
+def load_queues(
+    queue_objects: Sequence[Mapping[str, Any]],
+) -> tuple[list[QueueState], dict[str, QueueConfigError]]:
+    """Every TrainingQueue as a QueueState; a broken one still serves its namespaces
+    (`model.broken_queue`) so its jobs wait on it, and its error is returned by name."""
+    queues: list[QueueState] = []
+    broken: dict[str, QueueConfigError] = {}
+    for obj in queue_objects:
+        try:
+            queues.append(QueueState.from_resource(obj))
+        except QueueConfigError as exc:
+            broken[exc.queue] = exc
+            queues.append(broken_queue(obj, exc))
+    return queues, broken
+
+
+def _priority_missing(spec: TrainingJobSpec, priorities: Mapping[str, int]) -> bool:
+    try:
+        check_priority_class(spec, priorities.keys())
+    except InvalidJob:
+        return True
+    return False
+
+
+def _blocked_by_queue(queue: QueueState | None) -> tuple[str, str] | None:
+    if queue is not None and queue.error is not None:
+        return QUEUE_INVALID, queue_invalid_message(queue)
+    return None
 
 
 def _ts(text: str | None) -> float | None:
@@ -80,10 +121,11 @@ def _preempted_at(body: Mapping[str, Any]) -> float | None:
 class Inputs:
     """What one admission cycle reads besides the jobs: queues, namespaces, priorities."""
 
-    queues: tuple[QueueState, ...]
+    queues: tuple[QueueState, ...]  # broken ones too: they still serve their namespaces
     queue_errors: tuple[str, ...]
     namespace_labels: Mapping[str, Mapping[str, str]]
     priorities: Mapping[str, int]
+    broken: Mapping[str, QueueConfigError] = field(default_factory=dict)
 
 
 def cycle_inputs(
@@ -91,14 +133,9 @@ def cycle_inputs(
     namespace_labels: Mapping[str, Mapping[str, str]],
     priorities: Mapping[str, int],
 ) -> Inputs:
-    queues: list[QueueState] = []
-    errors: list[str] = []
-    for obj in queue_objects:
-        try:
-            queues.append(QueueState.from_resource(obj))
-        except QueueConfigError as exc:
-            errors.append(str(exc))
-    return Inputs(tuple(queues), tuple(errors), namespace_labels, priorities)
+    queues, broken = load_queues(queue_objects)
+    errors = tuple(str(e) for e in broken.values())
+    return Inputs(tuple(queues), errors, namespace_labels, priorities, broken)
 
 
 def intake(
@@ -120,6 +157,7 @@ def intake(
     try:
         spec = parse_spec(body)
         check_semantics(spec)
+        check_names(meta.get("name", ""), spec)
     except InvalidJob:
         return None  # reconcile marks it Invalid
     if spec.run_policy.suspend:
@@ -128,13 +166,18 @@ def intake(
     held, product = _holding(pods, snapshot)
     if not held and assumed:
         held, product = assumed, _product_of(assumed, snapshot)
+    if not held and _priority_missing(spec, inputs.priorities):
+        return None  # reconcile marks it Invalid; a running gang keeps its charge
     blocked_reason, blocked_message = None, ""
     try:
         queue = resolve_queue(ns, spec.queue, inputs.queues, inputs.namespace_labels.get(ns))
     except QueueError as exc:
         queue = None
         blocked_reason, blocked_message = POLICY, str(exc)
-    if queue is not None and not held:
+    queue_block = _blocked_by_queue(queue)
+    if queue_block is not None:  # fail closed: its jobs wait on the broken queue
+        blocked_reason, blocked_message = queue_block
+    elif queue is not None and not held:
         try:
             violations = job_policy(spec, queue, snapshot, config)
         except InvalidJob:
@@ -202,9 +245,12 @@ def decide(
         if job is not None:
             jobs.append(job)
             by_key[key] = body
-    decisions = admit(now.timestamp(), inputs.queues, jobs, snapshot, PlannerPlacer(by_key, config))
+    usable = [q for q in inputs.queues if q.error is None]  # a broken queue admits nobody
+    decisions = admit(now.timestamp(), usable, jobs, snapshot, PlannerPlacer(by_key, config))
     queue_of = {j.key: j.queue for j in jobs}
-    return PassResult(decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs})
+    return PassResult(
+        decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken
+    )
 
 
 def job_pods_by_key(

@@ -30,7 +30,8 @@ QUOTA = "Quota"
 NOFIT = "NoFit"
 POLICY = "Policy"
 INCOMPATIBLE = "Incompatible"
-WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE)
+QUEUE_INVALID = "QueueInvalid"  # the job's queue is broken: it waits, never falls through
+WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE, QUEUE_INVALID)
 RECLAIM = "Reclaim"
 PRIORITY = "Priority"
 PREEMPT_REASONS: tuple[str, ...] = (RECLAIM, PRIORITY)
@@ -105,6 +106,9 @@ class QueueState:
     default: bool = False
     builtin: bool = False
     policy: TenantPolicy = field(default_factory=TenantPolicy, compare=False, repr=False)
+    # Set on a queue the operator cannot use (see `broken`): it still serves its namespaces,
+    # so their jobs wait on it (reason QueueInvalid) instead of falling through to another.
+    error: QueueConfigError | None = field(default=None, compare=False, repr=False)
 
     def group(self, name: str) -> QuotaGroup | None:
         for g in self.groups:
@@ -177,6 +181,40 @@ class QueueState:
             path, msg = all_errors(exc, "spec")[0]
             raise QueueConfigError(name, path, msg) from exc
         return cls.from_spec(name, spec)
+
+
+def broken_queue(obj: Mapping[str, Any], error: QueueConfigError) -> QueueState:
+    """The serving part of a TrainingQueue that failed validation (fail closed): read
+    leniently from the raw spec, so the namespaces it claims stay claimed."""
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    namespaces = spec.get("namespaces")
+    selector = spec.get("namespaceSelector")
+    labels = selector.get("matchLabels") if isinstance(selector, Mapping) else None
+    return QueueState(
+        name=error.queue,
+        unlimited=False,
+        namespaces=tuple(n for n in namespaces or () if isinstance(n, str))
+        if isinstance(namespaces, list)
+        else (),
+        namespace_selector=(
+            tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
+            if isinstance(selector, Mapping)
+            else None
+        ),
+        default=spec.get("default") is True,
+        error=error,
+    )
+
+
+def queue_invalid_message(queue: QueueState) -> str:
+    """pendingReason QueueInvalid's message: which queue, what is wrong, the fix."""
+    err = queue.error
+    what = f"{err.field}: {err.detail}" if err is not None else "it cannot be used"
+    return (
+        f"queue {queue.name} is invalid: {what}; fix the TrainingQueue (kubectl edit "
+        f"trainingqueue {queue.name}); the job waits until then"
+    )
 
 
 @dataclass(frozen=True)

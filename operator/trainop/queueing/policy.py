@@ -9,8 +9,10 @@ Rules: images (the resolved image, and any image a pod template sets) must start
 policy.allowedImagePrefixes; the framework must be in allowedFrameworks; the CUDA the image
 needs (else spec.cuda) must lie in policy.cuda (unknown CUDA is a violation when a range is
 set: it cannot be checked); the gang's GPUs at most maxGpusPerJob; pod templates must not be
-privileged or use hostNetwork / hostPID / hostPath unless allowed, nor add capabilities
-beyond allowedCapabilities (IPC_LOCK, which trainop adds itself for RDMA, is always allowed).
+privileged or use hostNetwork / hostPID / hostIPC / hostPath unless allowed, nor ask for
+runAsUser 0 (pod or container) unless allowRunAsRoot, nor add capabilities beyond
+allowedCapabilities (IPC_LOCK, which trainop adds itself for RDMA, is always allowed). Image
+prefixes match at a registry/path/tag boundary (see `image_allowed`).
 maxRunningJobs is not checked here: it is a quota (the job waits, reason Quota).
 """
 
@@ -51,6 +53,38 @@ def _containers(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, int, Mapping
                     yield kind, i, c
 
 
+def _root(sc: Any) -> bool:
+    return isinstance(sc, Mapping) and sc.get("runAsUser") == 0
+
+
+def _root_message(q: str) -> str:
+    return f"{q} does not allow runAsUser 0 (policy.allowRunAsRoot is false): run as a non-root UID"
+
+
+def normalized_image(image: str) -> str:
+    """The fully qualified form of a Docker Hub short name (ubuntu -> docker.io/library/ubuntu,
+    me/app -> docker.io/me/app); other references are returned as they are."""
+    first, sep, _ = image.partition("/")
+    if not sep:
+        return f"docker.io/library/{image}"
+    if "." in first or ":" in first or first == "localhost":
+        return image
+    return f"docker.io/{image}"
+
+
+def image_allowed(image: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether `image` (as written, or its Docker Hub full form) starts with one of
+    `prefixes` at a boundary: the prefix ends in '/', ':' or '@', or the image goes on with
+    one of those, so registry.corp never admits registry.corp.evil.io/x."""
+    for ref in dict.fromkeys((image, normalized_image(image))):
+        for p in prefixes:
+            if not p or not ref.startswith(p):
+                continue
+            if p[-1] in "/:@" or len(ref) == len(p) or ref[len(p)] in "/:@":
+                return True
+    return False
+
+
 def _version_text(v: tuple[int, ...]) -> str:
     return ".".join(str(p) for p in v)
 
@@ -70,7 +104,7 @@ def check_policy(
 
     prefixes = tuple(policy.allowed_image_prefixes)
     allowed_list = ", ".join(prefixes)
-    if prefixes and image and not image.startswith(prefixes):
+    if prefixes and image and not image_allowed(image, prefixes):
         fld = "spec.image" if spec.image else "spec.framework"
         how = "" if spec.image else " (the image trainop chose for the framework)"
         out.append(
@@ -160,6 +194,12 @@ def _template_violations(
         yield Violation(
             f"{base}.hostPID", f"{q} does not allow hostPID (policy.allowHostPID is false)"
         )
+    if pod.get("hostIPC") and not policy.allow_host_ipc:
+        yield Violation(
+            f"{base}.hostIPC", f"{q} does not allow hostIPC (policy.allowHostIPC is false)"
+        )
+    if not policy.allow_run_as_root and _root(pod.get("securityContext")):
+        yield Violation(f"{base}.securityContext.runAsUser", _root_message(q))
     volumes = pod.get("volumes")
     if isinstance(volumes, list) and not policy.allow_host_path:
         for i, v in enumerate(volumes):
@@ -172,7 +212,7 @@ def _template_violations(
     for kind, i, c in _containers(pod):
         where = f"{base}.{kind}[{i}]"
         image = c.get("image")
-        if prefixes and isinstance(image, str) and image and not image.startswith(prefixes):
+        if prefixes and isinstance(image, str) and image and not image_allowed(image, prefixes):
             yield Violation(
                 f"{where}.image",
                 f"image {image} is not allowed by {q}: images must start with "
@@ -181,6 +221,8 @@ def _template_violations(
         sc = c.get("securityContext")
         if not isinstance(sc, Mapping):
             continue
+        if not policy.allow_run_as_root and _root(sc):
+            yield Violation(f"{where}.securityContext.runAsUser", _root_message(q))
         if sc.get("privileged") and not policy.allow_privileged:
             yield Violation(
                 f"{where}.securityContext.privileged",
