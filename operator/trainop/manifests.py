@@ -59,6 +59,11 @@ class PodPlan:
     annotations: Mapping[str, str] = field(default_factory=dict)
     command_prefix: tuple[str, ...] = ()
     compat_terms: tuple[Mapping[str, Any], ...] = ()  # nodeSelectorTerms the node must meet
+    # The pinned node's object name, when it differs from nothing we know: every term then
+    # also carries matchFields metadata.name, which lets kube-scheduler's NodeAffinity
+    # PreFilter evaluate that one node instead of all of them (kubernetes PR #108648,
+    # https://github.com/kubernetes/kubernetes/pull/108648).
+    node_object: str | None = None
     mount_config: bool = False
     ssh_secret: str | None = None  # MPI: Secret with the job's SSH keypair
 
@@ -112,18 +117,30 @@ def _copy_expr(expr: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pin_terms(node: str | None, compat: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _pin_terms(
+    node: str | None, compat: Sequence[Mapping[str, Any]], node_object: str | None = None
+) -> list[dict[str, Any]]:
     """nodeSelectorTerms: the pin AND-ed into every compatibility term (terms are OR-ed)."""
     pin = [{"key": c.LABEL_HOSTNAME, "operator": "In", "values": [node]}] if node else []
+    fields = (
+        [{"key": "metadata.name", "operator": "In", "values": [node_object]}]
+        if node and node_object
+        else []
+    )
     if not compat:
-        return [{"matchExpressions": pin}] if pin else []
-    terms = []
-    for term in compat:
-        # A fresh pin per term: a shared dict would alias across terms (YAML anchors, and
-        # editing one term's pin would silently edit them all).
-        exprs = [_copy_expr(e) for e in (*pin, *term.get("matchExpressions", []))]
-        terms.append({"matchExpressions": exprs})
-    return terms
+        return [_term(pin, fields)] if pin else []
+    # A fresh pin per term: a shared dict would alias across terms (YAML anchors, and
+    # editing one term's pin would silently edit them all).
+    return [_term([*pin, *term.get("matchExpressions", [])], fields) for term in compat]
+
+
+def _term(
+    exprs: Sequence[Mapping[str, Any]], fields: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    term: dict[str, Any] = {"matchExpressions": [_copy_expr(e) for e in exprs]}
+    if fields:
+        term["matchFields"] = [_copy_expr(f) for f in fields]
+    return term
 
 
 def build_pod(
@@ -214,7 +231,7 @@ def build_pod(
                 {"key": c.RESOURCE_GPU, "operator": "Exists", "effect": "NoSchedule"}
             )
         spec["tolerations"] = tolerations
-    terms = _pin_terms(plan.node, plan.compat_terms)
+    terms = _pin_terms(plan.node, plan.compat_terms, plan.node_object)
     if terms:
         affinity = spec.setdefault("affinity", {})
         node_aff = affinity.setdefault("nodeAffinity", {})

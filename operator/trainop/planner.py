@@ -402,6 +402,7 @@ def build_plan(
             annotations=annotations,
             command_prefix=prefix,
             compat_terms=compat if a.gpus else (),
+            node_object=a.node,
             mount_config=cm_name is not None,
             ssh_secret=ssh_secret,
         )

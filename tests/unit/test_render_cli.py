@@ -348,8 +348,13 @@ def test_config_applies(tmp_path: Path) -> None:
         terms = pod["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
         ]["nodeSelectorTerms"]  # fmt: skip
-        assert terms == [{"matchExpressions": [
-            {"key": c.LABEL_HOSTNAME, "operator": "In", "values": [pinned_node(pod)]}]}]  # fmt: skip
+        node = pinned_node(pod)
+        assert terms == [
+            {
+                "matchExpressions": [{"key": c.LABEL_HOSTNAME, "operator": "In", "values": [node]}],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}],
+            }
+        ]
 
 
 def test_config_topology_levels(tmp_path: Path) -> None:
