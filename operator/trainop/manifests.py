@@ -61,6 +61,7 @@ class PodPlan:
     compat_terms: tuple[Mapping[str, Any], ...] = ()  # nodeSelectorTerms the node must meet
     mount_config: bool = False
     ssh_secret: str | None = None  # MPI: Secret with the job's SSH keypair
+    gpu_resource: str = c.RESOURCE_GPU  # nvidia.com/mig-<profile> on a MIG-mixed node
 
 
 def pod_name(job: str, role: str, index: int) -> str:
@@ -155,7 +156,7 @@ def build_pod(
     main["env"] = _merge_env(plan.env, main.get("env") or [])
     if plan.command_prefix and main.get("command"):
         main["command"] = [*plan.command_prefix, *main["command"]]
-    gpu_and_rdma = {c.RESOURCE_GPU: plan.gpus, **plan.rdma_resources} if plan.gpus else {}
+    gpu_and_rdma = {plan.gpu_resource: plan.gpus, **plan.rdma_resources} if plan.gpus else {}
     _merge_resources(main, gpu_and_rdma)
     if plan.ports:
         existing = {p.get("containerPort") for p in main.get("ports") or []}

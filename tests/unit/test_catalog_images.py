@@ -147,8 +147,8 @@ CASES: list[Any] = [
         None,
         None,
         (T4_R470,),
-        "pytorch:24.12-py3",
-        "2.6.0a0",
+        "pytorch:25.06-py3",  # the 25.01..25.06 notes list R470 >= 470.57 as FC
+        "2.8.0a0",
         [],
         id="fleet-forward-compat",
     ),
@@ -365,7 +365,7 @@ ERRORS: list[Any] = [
         "12.6",
         None,
         "spec.cuda",
-        "mxnet comes with CUDA 11.2.1 .. 12.5.0",
+        "mxnet comes with CUDA 11.2.1 .. 12.4.1",  # 24.06 MXNet stayed on 12.4.1
         id="mxnet-ended",
     ),
     pytest.param(

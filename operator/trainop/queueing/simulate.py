@@ -258,7 +258,7 @@ class _Sim:
         namespace = job.key.split("/", 1)[0]
         try:
             spec: TrainingJobSpec = parse_spec(job.body)
-            check_semantics(spec)
+            check_semantics(spec, self.config)
         except InvalidJob as exc:
             job.state, job.blocked_reason = "Invalid", INVALID
             job.blocked_message = f"{exc.field}: {exc.detail}"
