@@ -155,18 +155,26 @@ class DriverRule:
     fc_branches: tuple[tuple[int, ...], ...]  # forward-compatible branches of the release
     release: str | None
 
-    def requirement(self) -> str:
+    def requirement(self, modes: Collection[str] = ALL_MODES) -> str:
+        """What the image needs from the driver, by the allowed modes (node-independent)."""
         alts: list[str] = []
-        if self.minor_compat is not None and (
-            self.direct is None or self.minor_compat < self.direct
+        if (
+            MODE_MINOR in modes
+            and self.minor_compat is not None
+            and (self.direct is None or self.minor_compat < self.direct)
         ):
             alts.append(f"{version_text(self.minor_compat)} (minor-version compatibility)")
         if self.direct is not None:
             alts.append(version_text(self.direct))
         need = cuda_text(self.need)
+        off = [_MODE_TEXT[m] for m in (MODE_FORWARD, MODE_MINOR) if m not in modes]
+        tail = f" ({' and '.join(off)} not allowed)" if off else ""
         if not alts:
-            return f"CUDA {need} needs a driver whose nvidia.com/cuda.runtime-version is >= {need}"
-        return f"CUDA {need} needs driver >= {' or '.join(alts)}"
+            return (
+                f"CUDA {need} needs a driver whose nvidia.com/cuda.runtime-version is >= {need}"
+                + tail
+            )
+        return f"CUDA {need} needs driver >= {' or '.join(alts)}{tail}"
 
     def fc_text(self) -> str:
         return ", ".join(f"R{b[0]} >= {version_text(b)}" for b in self.fc_branches)
@@ -302,11 +310,12 @@ def _check_arch(
         first = catalog.first_cuda_for_cc(cc)
         req = f"CUDA {cuda_text(need)} targets compute capability up to {cuda_text(ceiling)}"
         since = f" (compute capability {cc[0]}.x needs CUDA >= {cuda_text(first)})" if first else ""
+        need_text = f", needs CUDA >= {cuda_text(first)}" if first else ""
         return _fail(
             KIND_COMPUTE,
             f"{req}; {product} is {facts.compute_capability_text}{since}",
             req,
-            f"{product} ({facts.compute_capability_text})",
+            f"{product} ({facts.compute_capability_text}{need_text})",
         )
     return None
 
@@ -354,9 +363,9 @@ def _check_driver(
     have = (
         f"driver {drv} supports CUDA up to {cuda_text(supports)}" if supports else f"driver {drv}"
     )
-    reason = f"{have}; {rule.requirement()}"
+    reason = f"{have}; {rule.requirement(modes)}"
     on_fc = any(_on_branch(driver, b) for b in rule.fc_branches)
-    if rule.fc_branches:
+    if rule.fc_branches and MODE_FORWARD in modes:
         if on_fc and not catalog.is_data_center(facts.product):
             reason += (
                 f"; forward compatibility ({rule.fc_text()}) works only on data-center GPUs "
@@ -371,7 +380,7 @@ def _check_driver(
     if disabled:
         names = " and ".join(_MODE_TEXT.get(m, m) for m in disabled)
         reason += f"; {names} would run it but is not allowed for this job"
-    return _fail(KIND_DRIVER, reason, rule.requirement(), f"{product} (driver {drv})")
+    return _fail(KIND_DRIVER, reason, rule.requirement(modes), f"{product} (driver {drv})")
 
 
 def summarize_incompatible(results: Sequence[tuple[str, GpuFacts, Compat]]) -> str:
