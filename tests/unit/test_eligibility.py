@@ -10,8 +10,15 @@ from trainop.api import constants as c
 from trainop.catalog import load_catalog
 from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE
 from trainop.inventory import Snapshot, build_snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, check_semantics, parse_spec
-from trainop.planner import plan_job
+from trainop.planner import (
+    InvalidJob,
+    OperatorConfig,
+    Plan,
+    Wait,
+    check_semantics,
+    parse_spec,
+    plan_job,
+)
 
 LEVELS = (c.LABEL_RACK, c.LABEL_HOSTNAME)
 CONFIG = OperatorConfig(topology_levels=LEVELS)

@@ -15,7 +15,7 @@ import yaml
 
 from trainop.api import constants as c
 from trainop.inventory import Snapshot, build_snapshot
-from trainop.planner import OperatorConfig, Plan, Wait, plan_job
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
 
 DATA = Path(__file__).parent / "data" / "gfd_nodes.yaml"
 CONFIG = OperatorConfig(topology_levels=(c.LABEL_RACK, c.LABEL_HOSTNAME))
@@ -156,9 +156,7 @@ def test_shared_capacity_is_not_counted_as_whole_gpus() -> None:
 
 
 def test_sharing_is_single_replica_only() -> None:
-    from trainop.planner import InvalidJob
-
-    with pytest.raises(InvalidJob, match="spec.gpuSharing"):
+    with pytest.raises(InvalidJob, match=r"spec\.gpuSharing"):
         plan_job(_job(2, 1, gpuSharing={"mode": "Shared"}), snapshot(), CONFIG)
     with pytest.raises(InvalidJob, match="migProfile"):
         plan_job(_job(1, 1, gpuSharing={"mode": "MIG"}), snapshot(), CONFIG)
