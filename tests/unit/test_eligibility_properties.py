@@ -61,7 +61,10 @@ def jobs(draw: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "framework": {"name": fw},
         "replicaSpecs": {
-            "Worker": {"replicas": draw(st.integers(1, 3)), "gpus": draw(st.sampled_from([1, 4, 8]))}
+            "Worker": {
+                "replicas": draw(st.integers(1, 3)),
+                "gpus": draw(st.sampled_from([1, 4, 8])),
+            }
         },
         "placement": {"topology": draw(st.sampled_from(["none", "rack"]))},
     }

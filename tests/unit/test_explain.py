@@ -45,3 +45,15 @@ def test_running_job_shows_placement_pods_and_events() -> None:
     assert "GangPlaced" in text
     assert "Restarts:   1 (backoffLimit 3)" in text
     assert "Queue:      nlp (not found)" in text
+
+
+def test_image_compatibility_and_releases_tried() -> None:
+    tried = [
+        "NGC 26.07 (nvcr.io/nvidia/pytorch:26.07-py3) [Native]: NoFit: needs 2 x 8 GPUs",
+        "NGC 24.10 (nvcr.io/nvidia/pytorch:24.10-py3) [ForwardCompat]: placed",
+    ]
+    job = {**JOB, "status": {"phase": "Running", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+                             "compatibility": "ForwardCompat", "imageTried": tried}}  # fmt: skip
+    text = explain_text(job, [], [], None)
+    assert "Image:      nvcr.io/nvidia/pytorch:24.10-py3  (ForwardCompat)" in text
+    assert "releases tried: NGC 26.07" in text and "[ForwardCompat]: placed" in text
