@@ -7,7 +7,7 @@ what the operator creates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -65,6 +65,15 @@ class OperatorConfig:
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
+
+
+def config_for_queue(config: OperatorConfig, queue_modes: Collection[str]) -> OperatorConfig:
+    """The config a queue's jobs are planned with: its policy.compatibilityModes (when set)
+    narrow the operator's modes; an empty list leaves them as they are."""
+    if not queue_modes:
+        return config
+    return replace(config, compatibility_modes=config.compatibility_modes & frozenset(queue_modes))
+
 
 # Kueue plain-pod groups (kueue.sigs.k8s.io, "Run plain Pods as a group").
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -285,3 +285,37 @@ def test_tainted_nodes_stay_excluded_without_a_toleration() -> None:
     result = plan_job(body, _two_racks(), CONFIG)
     assert isinstance(result, Wait) and result.reason == "NoFit"
     assert "dedicated=ml:NoSchedule" in " ".join((result.message, *result.details))
+
+
+# ------------------------------------------------------------------ config and queue modes
+
+
+def test_config_keys_for_modes_and_unconfirmed() -> None:
+    from trainop.config import ConfigError, operator_config_from_data
+
+    cfg = operator_config_from_data(
+        {"compatibilityModes": ["Native", "ForwardCompat"], "allowUnconfirmedReleases": False}
+    )
+    assert cfg.compatibility_modes == {MODE_NATIVE, MODE_FORWARD}
+    assert cfg.allow_unconfirmed_releases is False
+    with pytest.raises(ConfigError, match=r"^compatibilityModes\[0\]: 'Sideways'"):
+        operator_config_from_data({"compatibilityModes": ["Sideways"]})
+    with pytest.raises(ConfigError, match=r"^compatibilityModes: must be a non-empty list"):
+        operator_config_from_data({"compatibilityModes": []})
+    with pytest.raises(ConfigError, match=r"^allowUnconfirmedReleases: must be true or false"):
+        operator_config_from_data({"allowUnconfirmedReleases": "no"})
+
+
+def test_queue_policy_narrows_the_modes() -> None:
+    from trainop.api.trainingqueue import TenantPolicy
+    from trainop.queueing import PlannerPlacer
+    from trainop.queueing.model import QueuedJob, QueueState
+
+    fleet = snap(node("a", A100, "525.60.13", "r1"), node("b", A100, "525.60.13", "r1"))
+    body = job(cuda="12.1")
+    strict = QueueState("strict", policy=TenantPolicy(compatibility_modes=["Native"]))
+    placer = PlannerPlacer({"ns/j": body}, CONFIG, {"strict": strict})
+    queued = QueuedJob(key="ns/j", queue="strict", gpus=16, created=0.0)
+    assert type(placer(queued, fleet, None)).__name__ == "Unfit"
+    lenient = PlannerPlacer({"ns/j": body}, CONFIG)
+    assert type(lenient(queued, fleet, None)).__name__ == "Fit"

@@ -13,7 +13,15 @@ from typing import Any
 
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job, resolve
+from trainop.planner import (
+    InvalidJob,
+    OperatorConfig,
+    Plan,
+    Wait,
+    config_for_queue,
+    plan_job,
+    resolve,
+)
 from trainop.queueing.model import INCOMPATIBLE, Fit, QueuedJob, QueueState, Unfit
 from trainop.queueing.policy import Violation, check_policy
 
@@ -51,9 +59,16 @@ def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
 class PlannerPlacer:
     """try_place backed by planner.plan_job; `bodies` maps QueuedJob.key to the job body."""
 
-    def __init__(self, bodies: Mapping[str, Mapping[str, Any]], config: OperatorConfig) -> None:
+    def __init__(
+        self,
+        bodies: Mapping[str, Mapping[str, Any]],
+        config: OperatorConfig,
+        queues: Mapping[str, QueueState] | None = None,
+    ) -> None:
         self.bodies = bodies
         self.config = config
+        # queue name -> its state: its policy.compatibilityModes narrow the config's modes
+        self.queues = queues or {}
 
     def __call__(
         self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
@@ -66,7 +81,13 @@ class PlannerPlacer:
         try:
             # Pods carry the gang generation; a restarted job's new gang must match it.
             generation = int((body.get("status") or {}).get("restartCount") or 0)
-            result = plan_job(body, snapshot, self.config, gang_generation=generation)
+            queue = self.queues.get(job.queue)
+            config = (
+                config_for_queue(self.config, queue.policy.compatibility_modes)
+                if queue is not None
+                else self.config
+            )
+            result = plan_job(body, snapshot, config, gang_generation=generation)
         except InvalidJob as exc:
             # e.g. no image of the framework runs on this group's GPUs: another group may do.
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")

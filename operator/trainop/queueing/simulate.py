@@ -245,7 +245,9 @@ class _Sim:
             )
             self.prepare(job, namespaces, priority_classes, default_priority)
             self.jobs[key] = job
-        self.placer = PlannerPlacer({k: j.body for k, j in self.jobs.items()}, config)
+        self.placer = PlannerPlacer(
+            {k: j.body for k, j in self.jobs.items()}, config, {q.name: q for q in self.queues}
+        )
 
     def prepare(
         self,
