@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-eligibility clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,6 +61,9 @@ demo-down: install
 
 bench: install
 	$(PY) bench/run.py
+
+bench-eligibility: install
+	$(PY) bench/eligibility.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
