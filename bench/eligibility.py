@@ -28,9 +28,16 @@ import trainop.eligibility as elig
 from trainop.catalog import check_node
 from trainop.catalog.compat import MODES
 from trainop.inventory import Snapshot, build_snapshot
-from trainop.placement import NoFit, Placement, place
-from trainop.planner import OperatorConfig, Plan, Wait, candidates, gang_request, parse_spec
-from trainop.planner import plan_job
+from trainop.placement import Placement, place
+from trainop.planner import (
+    OperatorConfig,
+    Plan,
+    Wait,
+    candidates,
+    gang_request,
+    parse_spec,
+    plan_job,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = [
@@ -112,13 +119,13 @@ def baseline(body: dict[str, Any], snapshot: Snapshot) -> tuple[str, tuple[str, 
     spec = parse_spec(body)
     cands = candidates(spec, CONFIG)
     images = elig._ordered(cands)
+    shared = frozenset(n.name for n in snapshot.nodes if n.gpu.shared)
     for tier in range(len(MODES)):
         for image in images:
             verdicts = {
                 n.name: check_node(CONFIG.catalog, n.gpu, image.cuda, image.release).rank
                 for n in snapshot.nodes
             }
-            shared = {n.name for n in snapshot.nodes if n.gpu.shared}
 
             def ok(node: Any, v: dict[str, int] = verdicts, t: int = tier) -> str | None:
                 return None if v[node.name] <= t and node.name not in shared else "no"
