@@ -113,6 +113,7 @@ class Plan:
     claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
     compatibility: str | None = None  # status.compatibility: Native | ForwardCompat | ...
     image_tried: tuple[str, ...] = ()  # status.imageTried: releases tried, in order
+    gpu_resource: str = c.RESOURCE_GPU  # what each GPU pod requests (nvidia.com/mig-<p>: MIG)
 
     @property
     def objects(self) -> list[dict[str, Any]]:
@@ -322,7 +323,12 @@ def plan_job(
         ref, spec, chosen.image, chosen.result, snapshot, config, gang_generation, gated,
         gpu_resource=chosen.gpu_resource,
     )  # fmt: skip
-    return replace(plan, compatibility=chosen.compatibility, image_tried=chosen.tried)
+    return replace(
+        plan,
+        compatibility=chosen.compatibility,
+        image_tried=chosen.tried,
+        gpu_resource=chosen.gpu_resource,
+    )
 
 
 def build_plan(

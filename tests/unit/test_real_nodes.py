@@ -160,3 +160,18 @@ def test_sharing_is_single_replica_only() -> None:
         plan_job(_job(2, 1, gpuSharing={"mode": "Shared"}), snapshot(), CONFIG)
     with pytest.raises(InvalidJob, match="migProfile"):
         plan_job(_job(1, 1, gpuSharing={"mode": "MIG"}), snapshot(), CONFIG)
+
+
+def test_slices_are_charged_to_their_own_quota_group() -> None:
+    from trainop.queueing import fit_of
+    from trainop.queueing.model import group_key
+
+    body = _job(1, 1, gpuSharing={"mode": "MIG", "migProfile": "1g.5gb"})
+    snap = snapshot("a100-mig-mixed")
+    plan = plan_job(body, snap, CONFIG)
+    assert isinstance(plan, Plan)
+    fit = fit_of(plan, snap)
+    assert fit.product == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert group_key(None, (fit.product,)) == "a100-sxm4-40gb-mig-1g.5gb"
+    assert group_key(None, ("Tesla-T4-SHARED",)) == "tesla-t4-shared"
+    assert group_key(None, ("NVIDIA-A100-SXM4-40GB",)) == "a100-sxm4-40gb"

@@ -103,6 +103,12 @@ def base_product(label: str) -> str:
     return label
 
 
+def quota_product(label: str) -> str:
+    """'NVIDIA-A100-SXM4-40GB-MIG-1g.5gb' -> 'A100-SXM4-40GB-MIG-1g.5gb': the prefix older
+    drivers omit goes, the sharing suffixes stay (a slice is not a whole GPU)."""
+    return label[len(_PREFIX) :] if label.startswith(_PREFIX) else label
+
+
 @dataclass(frozen=True)
 class Release:
     """One NGC release YY.MM: what its images contain and what they need from a node."""

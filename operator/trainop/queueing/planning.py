@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainop.api.constants import RESOURCE_MIG_PREFIX
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.planner import (
@@ -40,7 +41,9 @@ def with_products(body: Mapping[str, Any], products: tuple[str, ...]) -> dict[st
 
 
 def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
-    """A planner Plan as admission's Fit (the Plan rides along as `placement`)."""
+    """A planner Plan as admission's Fit (the Plan rides along as `placement`). A job on
+    MIG-mixed slices is charged to the slice's product ('<product>-MIG-<profile>', as the
+    MIG single strategy names it), never to the node's whole GPUs."""
     p = plan.placement
     product = None
     for name in p.nodes:
@@ -48,6 +51,8 @@ def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
         if node is not None and node.gpu.product:
             product = node.gpu.product
             break
+    if product and plan.gpu_resource.startswith(RESOURCE_MIG_PREFIX):
+        product = f"{product}-MIG-{plan.gpu_resource[len(RESOURCE_MIG_PREFIX) :]}"
     return Fit(
         placement=plan,
         gpus_by_node=tuple(sorted(p.gpus_by_node().items())),
