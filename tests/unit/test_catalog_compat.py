@@ -645,7 +645,8 @@ def test_check_node(
             "24.05",
             "driver 418.87.01 supports CUDA up to 10.1; CUDA 12.4 needs driver >= 525.60.13 "
             "(minor-version compatibility) or 545, or on a data-center GPU a "
-            "forward-compatible branch of NGC 24.05 (R470 >= 470.57, R525 >= 525.85, R535 >= 535.86)",
+            "forward-compatible branch of NGC 24.05 (R470 >= 470.57, R525 >= 525.85, R535 >= 535.86, "
+            "R545 >= 545.23)",
             id="driver-with-fc",
         ),
     ],
