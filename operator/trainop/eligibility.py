@@ -243,23 +243,20 @@ def choose_and_place(
         products=products, sharing=sharing, extra=extra_filter,
     )  # fmt: skip
     images = _ordered(candidates)
+    tiers = [t for t, mode in enumerate(MODES) if mode in options.modes]
     tried: list[str] = []
-    refused: dict[frozenset[GpuFacts], str] = {}
+    refused: dict[frozenset[GpuFacts], str] = {}  # eligible class set -> release refused on it
     first_nofit: tuple[ImageChoice, NoFit] | None = None
-    runnable_somewhere = False
-    for tier, mode in enumerate(MODES):
-        if mode not in options.modes:
-            continue
+    for tier in tiers:
         for image in images:
             eligible = fleet.eligible(image, tier)
             if not eligible:
-                if tier == max(MODES.index(m) for m in options.modes):
+                if tier == tiers[-1]:  # reported once, after every mode was tried
                     tried.append(f"{_label(image)}: no node can run it ({_why_none(fleet, image)})")
                 continue
-            runnable_somewhere = True
-            same = refused.get(eligible)
-            if same is not None:
-                tried.append(f"{_label(image)} [{mode}]: NoFit, same nodes as {same}")
+            if eligible in refused:
+                tried.append(f"{_label(image)} [{MODES[tier]}]: NoFit, same nodes as "
+                             f"{refused[eligible]}")  # fmt: skip
                 continue
             result = place(view, request_for(_filter_for(fleet, image, tier), image.image))
             if isinstance(result, Placement):
@@ -270,21 +267,38 @@ def choose_and_place(
                     snapshot=view, gpu_resource=_resource(fleet, result),
                 )  # fmt: skip
             refused[eligible] = _label(image)
-            tried.append(f"{_label(image)} [{mode}]: NoFit: {result.reason}")
-            if first_nofit is None:
-                first_nofit = (image, result)
-    if runnable_somewhere and first_nofit is not None:
+            tried.append(f"{_label(image)} [{MODES[tier]}]: NoFit: {result.reason}")
+            first_nofit = first_nofit or (image, result)
+    return _give_up(fleet, view, images, tuple(tried), first_nofit)
+
+
+def _give_up(
+    fleet: _Fleet,
+    view: Snapshot,
+    images: Sequence[ImageChoice],
+    tried: tuple[str, ...],
+    first_nofit: tuple[ImageChoice, NoFit] | None,
+) -> GangChoice:
+    """No release placed: NoFit from the best release some nodes run, else Incompatible."""
+    if first_nofit is not None:
         image, nofit = first_nofit
-        details = (*nofit.details, "image choice, releases tried in order:", *tried)
-        return GangChoice(image=image, result=NoFit(nofit.reason, details), tried=tuple(tried),
+        details = (*nofit.details, "image choice, releases tried in order:", *brief(tried))
+        return GangChoice(image=image, result=NoFit(nofit.reason, details), tried=tried,
                           snapshot=view)  # fmt: skip
     # Nothing runs anywhere: report against the oldest candidate, whose needs are the lowest,
     # so the message names the real obstacle (e.g. an old driver).
     lowest = min(images, key=lambda i: i.release.key if i.release else (0, 0))
     return GangChoice(
-        image=lowest, result=None, tried=tuple(tried), snapshot=view,
+        image=lowest, result=None, tried=tried, snapshot=view,
         incompatible=f"no node can run {lowest.image}: {_summary(fleet, view, lowest)}",
     )  # fmt: skip
+
+
+def brief(tried: Sequence[str], limit: int = 12) -> tuple[str, ...]:
+    """At most `limit` lines of a releases-tried list: the first ones and the last."""
+    if len(tried) <= limit:
+        return tuple(tried)
+    return (*tried[: limit - 2], f"... {len(tried) - limit + 1} more", tried[-1])
 
 
 def _mode_used(fleet: _Fleet, view: Snapshot, image: ImageChoice, placement: Placement) -> str:

@@ -33,6 +33,7 @@ from trainop.eligibility import (
     ChoiceOptions,
     GangChoice,
     Sharing,
+    brief,
     choose_and_place,
     constraints_of,
 )
@@ -316,7 +317,7 @@ def plan_job(
     chosen = choose_gang(spec, ref.name, snapshot, config)
     if chosen.result is None:
         return Wait("Incompatible", chosen.incompatible or "no node can run the image",
-                    chosen.tried)  # fmt: skip
+                    brief(chosen.tried))  # fmt: skip
     if isinstance(chosen.result, NoFit):
         return Wait("NoFit", chosen.result.reason, tuple(chosen.result.details))
     plan = build_plan(
@@ -326,7 +327,7 @@ def plan_job(
     return replace(
         plan,
         compatibility=chosen.compatibility,
-        image_tried=chosen.tried,
+        image_tried=brief(chosen.tried),
         gpu_resource=chosen.gpu_resource,
     )
 

@@ -319,3 +319,12 @@ def test_queue_policy_narrows_the_modes() -> None:
     assert type(placer(queued, fleet, None)).__name__ == "Unfit"
     lenient = PlannerPlacer({"ns/j": body}, CONFIG)
     assert type(lenient(queued, fleet, None)).__name__ == "Fit"
+
+
+def test_brief_keeps_the_first_lines_and_the_outcome() -> None:
+    from trainop.eligibility import brief
+
+    lines = [f"r{i}" for i in range(30)]
+    out = brief(lines, limit=5)
+    assert out == ("r0", "r1", "r2", "... 26 more", "r29")
+    assert brief(lines[:3]) == ("r0", "r1", "r2")
