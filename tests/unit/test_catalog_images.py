@@ -468,3 +468,13 @@ def test_fleet_checks_identical_nodes_once() -> None:
     # many identical nodes must not multiply the work: a large fleet resolves quickly
     got = resolve_image(CAT, "pytorch", None, None, fleet=[V100] * 5000)
     assert got.image.endswith(":24.12-py3")
+
+
+def test_explicit_image_uses_the_framework_specific_figures() -> None:
+    from trainop.catalog import load_catalog, resolve_image
+
+    choice = resolve_image(
+        load_catalog(), "mxnet", None, None, image="nvcr.io/nvidia/mxnet:24.06-py3"
+    )
+    assert choice.release is not None
+    assert (choice.cuda, choice.release.min_driver_text) == ((12, 4), "545")

@@ -164,6 +164,7 @@ def _explicit(
 
     # The same repository may serve several frameworks (mpi uses the pytorch image).
     img = next((i for i in specs if spec is not None and i.framework == spec.framework), specs[0])
+    release = release.for_framework(img.ships)  # e.g. 24.06 MXNet's own CUDA 12.4.1
     shipped = release.version_of(img.ships)
     if want is not None and _pad(release.cuda) < _pad(want):
         raise ResolutionError(
