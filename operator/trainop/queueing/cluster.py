@@ -102,7 +102,7 @@ def admission_pass(
             continue
         try:
             spec = parse_spec(body)
-            check_semantics(spec)
+            check_semantics(spec, config)  # with config: no catalog release fits -> Invalid
         except InvalidJob:
             continue  # reconcile marks it Invalid
         if spec.run_policy.suspend:
@@ -145,7 +145,8 @@ def admission_pass(
                 blocked_message=blocked_message,
             )
         )
-    decisions = admit(now.timestamp(), queues, jobs, snapshot, PlannerPlacer(by_key, config))
+    placer = PlannerPlacer(by_key, config, {q.name: q for q in queues})  # queue policy modes
+    decisions = admit(now.timestamp(), queues, jobs, snapshot, placer)
     return PassResult(decisions, queue_of, tuple(errors), {j.key: j for j in jobs})
 
 
