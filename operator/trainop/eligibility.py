@@ -344,18 +344,6 @@ def _summary(fleet: _Fleet, snapshot: Snapshot, image: ImageChoice) -> str:
     return summarize_incompatible(results)
 
 
-def options_from(
-    modes: Collection[str] | None, allow_unconfirmed: bool, keys: Sequence[str] | None = None
-) -> ChoiceOptions:
-    """ChoiceOptions from config values (None: every mode)."""
-    chosen = frozenset(modes) if modes else ALL_MODES
-    return ChoiceOptions(
-        modes=chosen,
-        allow_unconfirmed=allow_unconfirmed,
-        tolerated_taint_keys=tuple(keys) if keys is not None else DEFAULT_TOLERATED_TAINT_KEYS,
-    )
-
-
 def constraints_of(templates: Mapping[str, Any]) -> tuple[Constraints, ...]:
     """Constraints of the GPU roles' templates that constrain anything."""
     out = tuple(from_template(role, t) for role, t in sorted(templates.items()))
