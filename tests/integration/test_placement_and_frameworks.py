@@ -142,6 +142,13 @@ def test_mpi_hostfile_lists_every_worker(kube: Kube, namespace: str) -> None:
 
 def test_render_prints_what_the_operator_creates(kube: Kube, namespace: str, tmp_path: Any) -> None:
     """Same job, same inventory: `trainop render` and the operator agree on every pod."""
+    # Earlier tests' namespaces are torn down in the background; their pods would hold GPUs
+    # in the render's inventory but not in the operator's a moment later. Wait for quiet.
+    kube.wait_for(
+        "no trainop pods left from earlier tests",
+        lambda: not kube.get("pods", "-A", "-l", "trainop.dev/job-name")["items"] or None,
+        timeout=90,
+    )
     nodes = tmp_path / "nodes.json"
     pods = tmp_path / "pods.json"
     nodes.write_text(kube.run("get", "nodes", "-o", "json").stdout)
