@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale test-faults clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -71,6 +71,9 @@ bench: install
 # queue; minutes, not part of `make test` (its smoke variant is). Results: bench/results/scale.*
 bench-scale: install build-binaries
 	$(PY) bench/scale.py
+
+bench-eligibility: install
+	$(PY) bench/eligibility.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

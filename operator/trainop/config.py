@@ -15,6 +15,8 @@ The shape, every key optional:
     restartBackoffMaxSeconds: 300
     externalQueue: none          # none | kueue (see docs/queues.md)
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
+    compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
+    allowUnconfirmedReleases: true   # false: never choose a release with unconfirmed facts
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -32,6 +34,7 @@ from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
 from trainop.catalog import CatalogError, load_catalog
+from trainop.catalog.compat import MODES
 from trainop.dra import DraConfig
 from trainop.planner import EXTERNAL_QUEUES, OperatorConfig
 from trainop.yamlio import YamlInputError, load_yaml_documents
@@ -48,6 +51,8 @@ _KEYS = (
     "imagePullGraceSeconds",
     "externalQueue",
     "dra",
+    "compatibilityModes",
+    "allowUnconfirmedReleases",
 )
 
 
@@ -150,7 +155,24 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
         kwargs["external_queue"] = data["externalQueue"]
     if data.get("dra") is not None:
         kwargs["dra"] = _dra(data["dra"])
+    if "compatibilityModes" in data:
+        kwargs["compatibility_modes"] = _modes(data["compatibilityModes"])
+    if "allowUnconfirmedReleases" in data:
+        value = data["allowUnconfirmedReleases"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"allowUnconfirmedReleases: must be true or false, got {value!r}")
+        kwargs["allow_unconfirmed_releases"] = value
     return OperatorConfig(**kwargs)
+
+
+def _modes(value: Any) -> frozenset[str]:
+    known = ", ".join(MODES)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"compatibilityModes: must be a non-empty list of {known}")
+    for i, mode in enumerate(value):
+        if mode not in MODES:
+            raise ConfigError(f"compatibilityModes[{i}]: {mode!r} is not one of {known}")
+    return frozenset(value)
 
 
 def _dra(value: Any) -> DraConfig:

@@ -53,8 +53,12 @@ def explain_text(
         f"Phase:      {status.get('phase', '(not reconciled yet)')}",
         f"Framework:  {fw.get('name')} {fw.get('version') or ''}  cuda>={spec.get('cuda') or '-'}  "
         f"GPUs={status.get('gpus', '-')}",
-        f"Image:      {status.get('image') or '(not chosen yet)'}",
+        f"Image:      {status.get('image') or '(not chosen yet)'}"
+        + (f"  ({status['compatibility']})" if status.get("compatibility") else ""),
     ]
+    tried = status.get("imageTried") or []
+    if len(tried) > 1:
+        lines.append("  releases tried: " + "; ".join(tried))
     lines += _queue_lines(queue, status.get("queue") or spec.get("queue"))
     if status.get("phase") == "Queued":
         pos = status.get("queuePosition")

@@ -66,6 +66,7 @@ class PodPlan:
     node_object: str | None = None
     mount_config: bool = False
     ssh_secret: str | None = None  # MPI: Secret with the job's SSH keypair
+    gpu_resource: str = c.RESOURCE_GPU  # nvidia.com/mig-<profile> on a MIG-mixed node
 
 
 def pod_name(job: str, role: str, index: int) -> str:
@@ -180,7 +181,7 @@ def build_pod(
     main["env"] = _merge_env(plan.env, main.get("env") or [])
     if plan.command_prefix and main.get("command"):
         main["command"] = [*plan.command_prefix, *main["command"]]
-    gpu_and_rdma = {c.RESOURCE_GPU: plan.gpus, **plan.rdma_resources} if plan.gpus else {}
+    gpu_and_rdma = {plan.gpu_resource: plan.gpus, **plan.rdma_resources} if plan.gpus else {}
     _merge_resources(main, gpu_and_rdma)
     if plan.ports:
         existing = {p.get("containerPort") for p in main.get("ports") or []}

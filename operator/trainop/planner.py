@@ -7,8 +7,8 @@ what the operator creates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,17 +22,25 @@ from trainop.catalog import (
     Catalog,
     ImageChoice,
     ResolutionError,
-    check_node,
     load_catalog,
     node_affinity_terms,
     resolve_image,
-    summarize_incompatible,
 )
+from trainop.catalog.compat import ALL_MODES
+from trainop.catalog.images import Candidates, candidate_releases
 from trainop.dra import DraConfig, claim_template, use_claim
+from trainop.eligibility import (
+    ChoiceOptions,
+    GangChoice,
+    Sharing,
+    brief,
+    choose_and_place,
+    constraints_of,
+)
 from trainop.inventory import NodeInfo, Snapshot
 from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
-from trainop.placement import GangRequest, GroupRequest, NoFit, Placement, place
+from trainop.placement import GangRequest, GroupRequest, NoFit, Placement
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,23 @@ class OperatorConfig:
     # Node verdicts per (node class, image, request): see `_node_verdict`. Owned by this
     # config, so a new config (new catalog or profiles) starts with an empty memo.
     memo: dict[Any, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # Image choice: the CUDA compatibility modes allowed (Native, ForwardCompat,
+    # MinorVersionCompat; see catalog.compat) and whether releases with unconfirmed
+    # catalog facts may be chosen at all (they are always tried after confirmed ones).
+    compatibility_modes: frozenset[str] = ALL_MODES
+    allow_unconfirmed_releases: bool = True
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
+
+
+def config_for_queue(config: OperatorConfig, queue_modes: Collection[str]) -> OperatorConfig:
+    """The config a queue's jobs are planned with: its policy.compatibilityModes (when set)
+    narrow the operator's modes; an empty list leaves them as they are."""
+    if not queue_modes:
+        return config
+    return replace(config, compatibility_modes=config.compatibility_modes & frozenset(queue_modes))
+
 
 # Kueue plain-pod groups (kueue.sigs.k8s.io, "Run plain Pods as a group").
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -99,6 +121,9 @@ class Plan:
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
     claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
+    compatibility: str | None = None  # status.compatibility: Native | ForwardCompat | ...
+    image_tried: tuple[str, ...] = ()  # status.imageTried: releases tried, in order
+    gpu_resource: str = c.RESOURCE_GPU  # what each GPU pod requests (nvidia.com/mig-<p>: MIG)
 
     @property
     def objects(self) -> list[dict[str, Any]]:
@@ -139,8 +164,10 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
     )
 
 
-def check_semantics(spec: TrainingJobSpec) -> None:
-    """Rules the CRD schema cannot express, in the order a user would fix them."""
+def check_semantics(spec: TrainingJobSpec, config: OperatorConfig | None = None) -> None:
+    """Rules the CRD schema cannot express, in the order a user would fix them. With a
+    config, also that some catalog release can ever satisfy the image fields (else the job
+    would wait for ever)."""
     fw = spec.framework.name
     problems = frameworks.validate(fw, {role: r.replicas for role, r in spec.replica_specs.items()})
     if problems:
@@ -162,57 +189,41 @@ def check_semantics(spec: TrainingJobSpec) -> None:
             )
         if r.template and not isinstance(r.template.get("spec", {}), dict):
             raise InvalidJob(f"spec.replicaSpecs.{role}.template.spec", "must be a PodSpec object")
+    _check_sharing(spec)
+    if config is not None:
+        candidates(spec, config)
 
 
-def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -> ImageChoice:
-    # Only nodes the job may use count when choosing the image: with the whole fleet, an
-    # A100-only job would get the newest image some H100 runs and no A100 can.
-    products = set(spec.placement.gpu_products)
+def _check_sharing(spec: TrainingJobSpec) -> None:
+    share = spec.gpu_sharing
+    if share is None:
+        return
+    gpu_pods = [(role, r) for role, r in spec.replica_specs.items() if r.gpus > 0]
+    if sum(r.replicas for _, r in gpu_pods) != 1 or gpu_pods[0][1].gpus != 1:
+        raise InvalidJob(
+            "spec.gpuSharing",
+            "a GPU slice serves a single-replica job only: exactly one pod with gpus: 1 "
+            "(distributed ranks need whole GPUs; remove spec.gpuSharing)",
+        )
+    if share.mode == "MIG" and not share.mig_profile:
+        raise InvalidJob("spec.gpuSharing.migProfile", 'required for mode MIG, e.g. "1g.5gb"')
+    if share.mode == "Shared" and share.mig_profile:
+        raise InvalidJob("spec.gpuSharing.migProfile", "only for mode MIG: remove it")
+
+
+def candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
+    """The releases the spec allows; InvalidJob when no catalog release can ever satisfy it."""
     try:
-        return resolve_image(
+        return candidate_releases(
             config.catalog,
             spec.framework.name,
             spec.framework.version,
             spec.cuda,
             image=spec.image,
-            fleet=snapshot.memo(
-                ("gpu-classes", tuple(sorted(products))), lambda: _classes(snapshot, products)
-            ),
+            allow_unconfirmed=config.allow_unconfirmed_releases,
         )
     except ResolutionError as exc:
         raise InvalidJob(exc.field, exc.detail, reason="UnknownImage") from exc
-
-
-_MEMO_LIMIT = 100_000  # verdicts kept per config before the memo starts over
-
-
-def _node_verdict(
-    spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig, node: NodeInfo
-) -> str | None:
-    """Why `node` cannot run this job's image (None: it can), worked out once per node class.
-
-    At cluster scale most nodes are alike (a 1,000-node fleet may be one class), and every
-    pending job of the same image asks the same question, so the verdict is memoised on
-    the node's class key; a node that changes gets a new class key and a fresh verdict.
-    Release and CUDA are keyed by identity: they belong to this config's catalog."""
-    products = tuple(spec.placement.gpu_products)
-    key = (node.class_key, id(choice.release), choice.cuda, products, spec.network.fabric)
-    memo = config.memo
-    if key in memo:
-        return memo[key]
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    verdict = check_node(
-        config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
-    )
-    why = None if verdict.ok else verdict.reason
-    if why is None and spec.network.fabric != "Auto":
-        try:
-            select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
-        except FabricMismatch as exc:
-            why = str(exc)
-    memo[key] = why
-    return why
 
 
 def _classes(snapshot: Snapshot, products: set[str]) -> list[Any]:
@@ -224,38 +235,62 @@ def _classes(snapshot: Snapshot, products: set[str]) -> list[Any]:
     )
 
 
-def _node_filter(spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig):
-    local: dict[int, str | None] = {}  # this request's verdicts, by class
+def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -> ImageChoice:
+    """The image without placing (tenant policy): newest release some allowed node runs."""
+    products = set(spec.placement.gpu_products)
+    candidates(spec, config)  # the same Invalid rules as planning
+    try:
+        return resolve_image(
+            config.catalog,
+            spec.framework.name,
+            spec.framework.version,
+            spec.cuda,
+            image=spec.image,
+            fleet=snapshot.memo(
+                ("static", "gpu-classes", tuple(sorted(products))),
+                lambda: _classes(snapshot, products),
+            ),
+        )
+    except ResolutionError as exc:
+        raise InvalidJob(exc.field, exc.detail, reason="UnknownImage") from exc
+
+
+def _fabric_filter(spec: TrainingJobSpec, config: OperatorConfig):
+    if spec.network.fabric == "Auto":
+        return None
 
     def check(node: NodeInfo) -> str | None:
-        if node.class_key not in local:
-            local[node.class_key] = _node_verdict(spec, choice, config, node)
-        return local[node.class_key]
+        try:
+            select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
+        except FabricMismatch as exc:
+            return str(exc)
+        return None
 
     return check
 
 
-def _incompatible(
-    spec: TrainingJobSpec, choice: ImageChoice, snapshot: Snapshot, config: OperatorConfig
-) -> Wait | None:
-    """Wait(Incompatible) when no node at all (free or busy) could run the image."""
-    results = []
-    products = tuple(spec.placement.gpu_products)
-    seen: set[int] = set()
-    for node in snapshot.nodes:
-        if node.class_key in seen:
-            continue
-        seen.add(node.class_key)
-        verdict = check_node(
-            config.catalog, node.gpu, choice.cuda, choice.release, gpu_products=products
-        )
-        if verdict.ok:
-            return None
-        results.append((node.name, node.gpu, verdict))
-    if not results:
-        return Wait("Incompatible", "the cluster has no nodes")
-    return Wait(
-        "Incompatible", f"no node can run {choice.image}: {summarize_incompatible(results)}"
+def choose_gang(
+    spec: TrainingJobSpec, name: str, snapshot: Snapshot, config: OperatorConfig
+) -> GangChoice:
+    """Image + placement for this gang (trainop.eligibility.choose_and_place): the one entry
+    point the planner uses for image choice and node eligibility."""
+    share = spec.gpu_sharing
+    gpu_templates = {
+        role: r.template for role, r in spec.replica_specs.items() if r.gpus > 0 and r.template
+    }
+    return choose_and_place(
+        config.catalog,
+        candidates(spec, config),
+        snapshot,
+        lambda node_filter, image: gang_request(spec, name, node_filter, image),
+        options=ChoiceOptions(
+            modes=frozenset(config.compatibility_modes),
+            allow_unconfirmed=config.allow_unconfirmed_releases,
+        ),
+        constraints=constraints_of(gpu_templates),
+        products=tuple(spec.placement.gpu_products),
+        sharing=Sharing(share.mode, share.mig_profile) if share is not None else None,
+        extra_filter=_fabric_filter(spec, config),
     )
 
 
@@ -298,25 +333,25 @@ def plan_job(
     spec = parse_spec(body)
     check_semantics(spec)
     ref = job_ref(body)
-    choice = resolve(spec, snapshot, config)
-    incompatible = _incompatible(spec, choice, snapshot, config)
-    if incompatible:
-        return incompatible
-    # Every job asking for this image on these products and fabric sees the same nodes.
-    filter_key = (
-        id(config),
-        id(choice.release),
-        choice.cuda,
-        tuple(spec.placement.gpu_products),
-        spec.network.fabric,
+    if not snapshot.nodes:
+        candidates(spec, config)
+        return Wait("Incompatible", "the cluster has no nodes")
+    chosen = choose_gang(spec, ref.name, snapshot, config)
+    if chosen.result is None:
+        return Wait("Incompatible", chosen.incompatible or "no node can run the image",
+                    brief(chosen.tried))  # fmt: skip
+    if isinstance(chosen.result, NoFit):
+        return Wait("NoFit", chosen.result.reason, tuple(chosen.result.details))
+    plan = build_plan(
+        ref, spec, chosen.image, chosen.result, snapshot, config, gang_generation, gated,
+        gpu_resource=chosen.gpu_resource,
+    )  # fmt: skip
+    return replace(
+        plan,
+        compatibility=chosen.compatibility,
+        image_tried=brief(chosen.tried),
+        gpu_resource=chosen.gpu_resource,
     )
-    request = gang_request(
-        spec, ref.name, _node_filter(spec, choice, config), choice.image, filter_key
-    )
-    result = place(snapshot, request)
-    if isinstance(result, NoFit):
-        return Wait("NoFit", result.reason, tuple(result.details))
-    return build_plan(ref, spec, choice, result, snapshot, config, gang_generation, gated)
 
 
 def build_plan(
@@ -328,6 +363,8 @@ def build_plan(
     config: OperatorConfig,
     gang_generation: int,
     gated: bool,
+    *,
+    gpu_resource: str = c.RESOURCE_GPU,
 ) -> Plan:
     fw = frameworks.get(spec.framework.name)
     members = tuple(
@@ -349,7 +386,11 @@ def build_plan(
     if config.compat_affinity:
         compat = tuple(
             node_affinity_terms(
-                config.catalog, choice.cuda, choice.release, tuple(spec.placement.gpu_products)
+                config.catalog,
+                choice.cuda,
+                choice.release,
+                tuple(spec.placement.gpu_products),
+                modes=config.compatibility_modes,
             )
         )
 
@@ -403,6 +444,7 @@ def build_plan(
             command_prefix=prefix,
             compat_terms=compat if a.gpus else (),
             node_object=a.node,
+            gpu_resource=gpu_resource,
             mount_config=cm_name is not None,
             ssh_secret=ssh_secret,
         )

@@ -311,7 +311,7 @@ def reconcile(
     # Invalid: a spec that can never run gets a condition and an Event, and no pods.
     try:
         spec = parse_spec(body)
-        check_semantics(spec)
+        check_semantics(spec, config)
         check_names(name, spec)
     except InvalidJob as exc:
         delete_all()
@@ -647,6 +647,9 @@ def _start_gang(
     ):
         st.cond("Preempted", False, "Readmitted", "admitted again after a preemption")
     st.new["image"] = result.image.image
+    if result.compatibility:
+        st.new["compatibility"] = result.compatibility
+    st.new["imageTried"] = list(result.image_tried)
     st.new["placement"] = result.placement_status()
     st.new["startTime"] = st.new.get("startTime") or iso(now)
     placement = result.placement_status()

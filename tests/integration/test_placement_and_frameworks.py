@@ -251,3 +251,40 @@ def test_dra_mode_objects_are_accepted_by_the_apiserver(kube: Kube, namespace: s
     for obj in (template, pod):
         proc = kube.apply(obj, "--dry-run=server", check=False)
         assert proc.returncode == 0, proc.stderr
+
+
+def test_template_selector_compat_mode_and_unsatisfiable_spec(kube: Kube, namespace: str) -> None:
+    """The template's nodeSelector steers placement, status records the compatibility mode,
+    and a spec no catalog release can satisfy is Invalid (not queued for ever)."""
+    job = _load("pytorch-ddp.yaml", namespace)
+    job["metadata"]["name"] = "t4sel"
+    job["spec"]["framework"] = {"name": "pytorch"}
+    job["spec"].pop("cuda", None)
+    job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 1
+    job["spec"]["replicaSpecs"]["Worker"]["gpus"] = 4
+    job["spec"]["replicaSpecs"]["Worker"]["template"] = {
+        "spec": {"nodeSelector": {"trainop.dev/rack": "rack-t4"}}
+    }
+    bad = _load("pytorch-ddp.yaml", namespace)
+    bad["metadata"]["name"] = "tf13"
+    bad["spec"]["framework"] = {"name": "tensorflow"}
+    bad["spec"]["cuda"] = "13.0"
+    kube.apply(job)
+    kube.apply(bad)
+    pods = _running(kube, namespace, "t4sel", 1)
+    node = kube.get("node", pods[0]["spec"]["nodeName"])
+    assert node["metadata"]["labels"]["trainop.dev/rack"] == "rack-t4"
+    tj = kube.get("trainingjob", "t4sel", "-n", namespace)
+    assert tj["status"]["compatibility"] in ("Native", "ForwardCompat", "MinorVersionCompat")
+    assert tj["status"]["imageTried"][-1].endswith("placed")
+    invalid = kube.wait_for(
+        "tf13 Invalid",
+        lambda: (
+            (t := kube.get("trainingjob", "tf13", "-n", namespace)).get("status", {}).get("phase")
+            == "Invalid"
+            and t
+        ),
+    )
+    cond = next(c for c in invalid["status"]["conditions"] if c["type"] == "Invalid")
+    assert cond["message"].startswith("spec.cuda: ") and "catalogOverrides" in cond["message"]
+    assert not _pods(kube, namespace, "tf13")

@@ -217,6 +217,7 @@ def test_terms_are_well_formed(need: Any, release: str | None) -> None:
             [
                 {"key": c.GFD_DRIVER_MAJOR, "operator": "Gt", "values": ["579"]},
                 {"key": c.GFD_COMPUTE_MAJOR, "operator": "Gt", "values": ["7"]},
+                {"key": c.GFD_COMPUTE_MAJOR, "operator": "Lt", "values": ["13"]},
             ],
             id="cuda13-driver-and-cc",
         ),
@@ -226,6 +227,7 @@ def test_terms_are_well_formed(need: Any, release: str | None) -> None:
             [
                 {"key": c.GFD_DRIVER_MAJOR_OLD, "operator": "Gt", "values": ["524"]},
                 {"key": c.GFD_COMPUTE_MAJOR, "operator": "Gt", "values": ["5"]},
+                {"key": c.GFD_COMPUTE_MAJOR, "operator": "Lt", "values": ["10"]},
             ],
             id="deprecated-driver-label",
         ),

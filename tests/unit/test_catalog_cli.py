@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from tests.unit.jobs import FLEET_NODES
@@ -72,3 +73,31 @@ def test_config_overrides_apply(tmp_path: Path) -> None:
     result = run("--framework", "jax", "--config", str(p))
     assert result.exit_code == 0
     assert "mirror.local/jax:" in result.stdout
+
+
+def test_check_lists_unconfirmed_facts_and_fails() -> None:
+    result = run("--check")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("NGC 24.01: cuda 12.3.2") for line in lines)
+    assert not any(line.startswith("NGC 25.01:") and "fc_branches" in line for line in lines)
+    assert lines[-1].endswith("set them through catalogOverrides")
+
+
+def test_check_passes_when_everything_is_confirmed(tmp_path: Path) -> None:
+    cat = load_catalog()
+    over = {"releases": {r.name: {"unconfirmed": []} for r in cat.releases if r.unconfirmed}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"catalogOverrides": over}))
+    result = run("--check", "--config", str(config))
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "every catalog fact is confirmed"
+
+
+def test_nodes_adds_a_node_class_table() -> None:
+    result = run("--framework", "pytorch", "--nodes", str(FLEET_NODES))
+    assert result.exit_code == 0
+    table = result.stdout.split("\n\n", 1)[1].splitlines()
+    assert table[0].split()[:3] == ["NODE", "CLASS", "NODES"]
+    assert "NATIVE" in table[0] and "MINOR-VERSION ONLY" in table[0]
+    assert any(line.startswith("NVIDIA-H100-80GB-HBM3") for line in table[1:])

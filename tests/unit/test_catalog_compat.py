@@ -175,7 +175,7 @@ CASES: list[Any] = [
         "24.05",
         {},
         True,
-        VIA_MINOR_COMPAT,
+        VIA_FORWARD_COMPAT,  # R535 >= 535.86 is an FC branch of 24.05: ranked before minor
         [],
         id="minor-compat-12",
     ),
@@ -196,7 +196,7 @@ CASES: list[Any] = [
         {},
         False,
         KIND_DRIVER,
-        ["525.60.13 (minor-version compatibility) or 550.54.14", "R525 >= 525.85"],
+        ["525.60.13 (minor-version compatibility) or 545", "R525 >= 525.85"],
         id="minor-compat-12-below-floor",
     ),
     pytest.param(
@@ -216,7 +216,7 @@ CASES: list[Any] = [
         {},
         False,
         KIND_DRIVER,
-        ["CUDA 13.0 needs driver >= 580.65.06"],
+        ["CUDA 13.0 needs driver >= 580"],
         id="cuda13-on-r575",
     ),
     pytest.param(
@@ -338,10 +338,10 @@ CASES: list[Any] = [
         None,
         "25.01",
         {},
-        False,
-        KIND_DRIVER,
+        True,
+        VIA_FORWARD_COMPAT,  # the 25.01 notes list R470 >= 470.57
         [],
-        id="fc-none-listed-25.01",
+        id="fc-listed-25.01",
     ),
     pytest.param(
         {**gfd(RTX, "8.9", "470.57.02"), c.GFD_DRIVER_MAJOR_OLD: "550"},
@@ -644,8 +644,9 @@ def test_check_node(
             None,
             "24.05",
             "driver 418.87.01 supports CUDA up to 10.1; CUDA 12.4 needs driver >= 525.60.13 "
-            "(minor-version compatibility) or 550.54.14, or on a data-center GPU a "
-            "forward-compatible branch of NGC 24.05 (R470 >= 470.57, R525 >= 525.85, R535 >= 535.86)",
+            "(minor-version compatibility) or 545, or on a data-center GPU a "
+            "forward-compatible branch of NGC 24.05 (R470 >= 470.57, R525 >= 525.85, R535 >= 535.86, "
+            "R545 >= 545.23)",
             id="driver-with-fc",
         ),
     ],
@@ -708,7 +709,7 @@ def test_summarize_groups_by_reason_and_product() -> None:
     assert summarize_incompatible(results) == (
         "CUDA 13.0 needs compute capability >= 7.5, but nodes have Tesla-V100-SXM2-32GB (7.0) x4, "
         "Tesla-P100-SXM2-16GB (6.0) x1; 3 nodes are not GPU nodes; "
-        "CUDA 13.0 needs driver >= 580.65.06, but nodes have NVIDIA-A100-SXM4-80GB (driver 550.54.14) x2."
+        "CUDA 13.0 needs driver >= 580, but nodes have NVIDIA-A100-SXM4-80GB (driver 550.54.14) x2."
     )
 
 

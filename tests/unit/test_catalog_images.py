@@ -147,8 +147,8 @@ CASES: list[Any] = [
         None,
         None,
         (T4_R470,),
-        "pytorch:24.12-py3",
-        "2.6.0a0",
+        "pytorch:25.06-py3",  # the 25.01..25.06 notes list R470 >= 470.57 as FC
+        "2.8.0a0",
         [],
         id="fleet-forward-compat",
     ),
@@ -365,7 +365,7 @@ ERRORS: list[Any] = [
         "12.6",
         None,
         "spec.cuda",
-        "mxnet comes with CUDA 11.2.1 .. 12.5.0",
+        "mxnet comes with CUDA 11.2.1 .. 12.4.1",  # 24.06 MXNet stayed on 12.4.1
         id="mxnet-ended",
     ),
     pytest.param(
@@ -468,3 +468,13 @@ def test_fleet_checks_identical_nodes_once() -> None:
     # many identical nodes must not multiply the work: a large fleet resolves quickly
     got = resolve_image(CAT, "pytorch", None, None, fleet=[V100] * 5000)
     assert got.image.endswith(":24.12-py3")
+
+
+def test_explicit_image_uses_the_framework_specific_figures() -> None:
+    from trainop.catalog import load_catalog, resolve_image
+
+    choice = resolve_image(
+        load_catalog(), "mxnet", None, None, image="nvcr.io/nvidia/mxnet:24.06-py3"
+    )
+    assert choice.release is not None
+    assert (choice.cuda, choice.release.min_driver_text) == ((12, 4), "545")

@@ -101,7 +101,8 @@ def test_min_driver_for_cuda(cuda: tuple[int, int], driver: Any) -> None:
 @pytest.mark.parametrize(
     ("major", "cc"),
     [
-        pytest.param(10, None, id="10-none"),
+        pytest.param(9, None, id="9-none"),
+        pytest.param(10, (3, 0), id="10"),
         pytest.param(11, (3, 5), id="11"),
         pytest.param(12, (5, 0), id="12"),
         pytest.param(13, (7, 5), id="13"),

@@ -66,3 +66,13 @@ def test_invalid_queue_is_shouted() -> None:
     text = explain_text(job, [], [], queue)
     assert "Queue:      nlp (INVALID: spec.quotas[1].name: x)" in text
     assert "Waiting:    QueueInvalid" in text
+def test_image_compatibility_and_releases_tried() -> None:
+    tried = [
+        "NGC 26.07 (nvcr.io/nvidia/pytorch:26.07-py3) [Native]: NoFit: needs 2 x 8 GPUs",
+        "NGC 24.10 (nvcr.io/nvidia/pytorch:24.10-py3) [ForwardCompat]: placed",
+    ]
+    job = {**JOB, "status": {"phase": "Running", "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+                             "compatibility": "ForwardCompat", "imageTried": tried}}  # fmt: skip
+    text = explain_text(job, [], [], None)
+    assert "Image:      nvcr.io/nvidia/pytorch:24.10-py3  (ForwardCompat)" in text
+    assert "releases tried: NGC 26.07" in text and "[ForwardCompat]: placed" in text

@@ -306,3 +306,13 @@ def test_cli_input_errors_exit_2(tmp_path: Any) -> None:
 )
 def test_compress_nodes(names: list[str], text: str) -> None:
     assert compress_nodes(names) == text
+
+
+def test_template_node_selector_is_named_in_the_wait() -> None:
+    """A job whose template selects no node waits, and the simulation says why."""
+    job = tj("team-q/sel", 0, 10, template={"spec": {"nodeSelector": {"pool": "nowhere"}}})
+    got = simulate(h100_nodes(2), [tq("q", 64)], [job])
+    notes = got.job("team-q/sel").waits
+    assert notes, "the job never ran, so it must have waited"
+    assert any("excluded by the Worker template's nodeSelector pool=nowhere" in w.message
+               for w in notes), notes  # fmt: skip

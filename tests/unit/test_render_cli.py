@@ -469,3 +469,23 @@ def test_fleet_yaml_matches_fleet_json() -> None:
     as_json = json.loads(run("cluster", "fleet", "-o", "json").stdout)
     assert as_yaml == as_json
     assert as_yaml["items"] == fleet_nodes()
+
+
+def test_render_shows_compatibility_and_releases_tried(tmp_path: Path) -> None:
+    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement(
+        "rack", "Preferred"
+    )  # fmt: skip
+    result = render(write_jobs(tmp_path, body.obj()))
+    assert result.exit_code == 0, result.stderr
+    assert "# image: nvcr.io/nvidia/pytorch:" in result.stdout
+    assert "(Native)" in result.stdout or "(MinorVersionCompat)" in result.stdout
+
+
+def test_template_node_selector_is_explained_on_wait(tmp_path: Path) -> None:
+    body = example("pytorch-ddp.yaml")
+    body["spec"]["replicaSpecs"]["Worker"]["template"] = {
+        "spec": {"nodeSelector": {"pool": "nowhere"}}
+    }
+    result = render(write_jobs(tmp_path, body))
+    assert result.exit_code == 3
+    assert "excluded by the Worker template's nodeSelector pool=nowhere" in result.stderr

@@ -20,7 +20,7 @@ LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_GPU_CLIQUE = "nvidia.com/gpu.clique"
 DEFAULT_TOPOLOGY_LEVELS = (LABEL_BLOCK, LABEL_RACK, LABEL_HOSTNAME)
 
-# --- NVIDIA GPU Feature Discovery labels (shared/reference/cuda-and-gpus.yaml, gfd_labels) ---
+# --- NVIDIA GPU Feature Discovery labels (https://github.com/NVIDIA/gpu-feature-discovery) ---
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_COUNT = "nvidia.com/gpu.count"
 GFD_MEMORY = "nvidia.com/gpu.memory"
@@ -40,6 +40,10 @@ GFD_DRIVER_REV_OLD = "nvidia.com/cuda.driver.rev"
 GFD_RUNTIME_MAJOR_OLD = "nvidia.com/cuda.runtime.major"
 GFD_RUNTIME_MINOR_OLD = "nvidia.com/cuda.runtime.minor"
 GFD_MIG_CAPABLE = "nvidia.com/mig.capable"
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"  # single | mixed | none
+GFD_REPLICAS = "nvidia.com/gpu.replicas"  # time-slicing / MPS replicas per GPU
+GFD_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"  # time-slicing | mps | none
+RESOURCE_MIG_PREFIX = "nvidia.com/mig-"  # MIG mixed strategy: nvidia.com/mig-1g.5gb
 
 # --- extended resources ---
 RESOURCE_GPU = "nvidia.com/gpu"

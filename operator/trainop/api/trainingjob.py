@@ -130,6 +130,20 @@ class RunPolicy(ApiModel):
     )
 
 
+class GpuSharing(ApiModel):
+    mode: Literal["MIG", "Shared"] = Field(
+        description="MIG: one MIG slice of profile migProfile (nodes under the MIG single "
+        "strategy, product '...-MIG-<profile>', or mixed, resource nvidia.com/mig-<profile>). "
+        "Shared: one time-sliced or MPS replica of a GPU (nodes with nvidia.com/gpu.replicas "
+        "> 1). Only for jobs with one GPU pod asking for gpus: 1."
+    )
+    mig_profile: str | None = Field(
+        default=None,
+        pattern=r"^\d+g\.\d+gb$",
+        description='MIG profile, e.g. "1g.5gb" (required for mode MIG).',
+    )
+
+
 class TrainingJobSpec(ApiModel):
     framework: Framework = Field(description="Framework and optional version.")
     cuda: str | None = Field(
@@ -197,6 +211,11 @@ class TrainingJobSpec(ApiModel):
         default_factory=Network,
         description="Fabric selection for NCCL.",
         json_schema_extra={"default": {}},
+    )
+    gpu_sharing: GpuSharing | None = Field(
+        default=None,
+        description="Run the single GPU pod on a slice of a GPU (MIG or time-slicing/MPS) "
+        "instead of a whole one. Empty: whole GPUs, and nodes that share GPUs are never used.",
     )
     nccl_env: dict[str, str] = Field(
         default_factory=dict,
@@ -355,4 +374,14 @@ class TrainingJobStatus(ApiModel):
     )
     last_failure: FailureStatus | None = Field(
         default=None, description="The last pod failure, classified (see docs/failures.md)."
+    )
+    compatibility: str | None = Field(
+        default=None,
+        description="How the nodes run the image: Native (driver >= the release's own "
+        "requirement), ForwardCompat (CUDA forward compatibility on a data-center GPU) or "
+        "MinorVersionCompat (CUDA minor-version compatibility).",
+    )
+    image_tried: list[str] = Field(
+        default_factory=list,
+        description="The releases image choice tried, in order, and why each was refused.",
     )

@@ -83,6 +83,12 @@ class TenantPolicy(ApiModel):
         description="Linux capabilities templates may add (IPC_LOCK, which trainop adds for "
         "RDMA itself, is always allowed).",
     )
+    compatibility_modes: list[Literal["Native", "ForwardCompat", "MinorVersionCompat"]] = Field(
+        default_factory=list,
+        description="CUDA compatibility modes this queue's jobs may run their image by "
+        "(Native, ForwardCompat, MinorVersionCompat), within those the operator allows; "
+        "empty: the operator's.",
+    )
 
 
 class Preemption(ApiModel):

@@ -21,11 +21,19 @@ cuda.driver.*) get their own terms.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.catalog.compat import driver_rule, effective_cuda, required_cc
+from trainop.catalog.compat import (
+    ALL_MODES,
+    MODE_FORWARD,
+    MODE_MINOR,
+    MODE_NATIVE,
+    driver_rule,
+    effective_cuda,
+    required_cc,
+)
 from trainop.catalog.model import Catalog, CudaVersion, Release
 
 Expr = dict[str, Any]
@@ -63,14 +71,19 @@ def node_affinity_terms(
     need_cuda: CudaVersion | None,
     release: Release | None,
     gpu_products: Sequence[str] = (),
+    modes: Collection[str] = ALL_MODES,
 ) -> list[dict[str, Any]]:
     """nodeSelectorTerms admitting the nodes that can run an image needing `need_cuda`
-    (default: the release's CUDA) from `release` (None for a non-NGC image)."""
+    (default: the release's CUDA) from `release` (None for a non-NGC image) by one of
+    `modes` (the compatibility modes the job may use)."""
     products = sorted(set(gpu_products))
     need = effective_cuda(need_cuda, release)
 
     cc = required_cc(catalog, need, release)
     cc_alts = _at_least(c.GFD_COMPUTE_MAJOR, c.GFD_COMPUTE_MINOR, cc[0]) if cc else [[]]
+    ceiling = catalog.max_cc_for_cuda(need) if need is not None else None
+    if ceiling is not None:  # the architecture ceiling: major <= the ceiling's major
+        cc_alts = [[*alt, _lt(c.GFD_COMPUTE_MAJOR, ceiling[0] + 1)] for alt in cc_alts]
 
     driver_alts: list[list[Expr]] = []
     if need is None:
@@ -79,15 +92,21 @@ def node_affinity_terms(
         driver_alts = [[_gt(k, -1)] for k in _DRIVER_KEYS]
     else:
         rule = driver_rule(catalog, need, release)
-        floors = [d[0] for d in (rule.direct, rule.minor_compat) if d is not None]
+        floors = [
+            d[0]
+            for d, mode in ((rule.direct, MODE_NATIVE), (rule.minor_compat, MODE_MINOR))
+            if d is not None and mode in modes
+        ]
         base = min(floors) if floors else None
         if base is not None:
             driver_alts += [[_gt(k, base - 1)] for k in _DRIVER_KEYS]
-        for major_key, minor_key in _RUNTIME_KEYS:
-            driver_alts += _at_least(major_key, minor_key, need)
+        if release is None and MODE_NATIVE in modes:  # check_node's runtime-label path
+            for major_key, minor_key in _RUNTIME_KEYS:
+                driver_alts += _at_least(major_key, minor_key, need)
         # Forward compatibility: only branches below the base add anything, and only on
         # data-center products (intersected with the job's allow-list).
-        fc_majors = sorted({b[0] for b in rule.fc_branches if base is None or b[0] < base})
+        fc_all = rule.fc_branches if MODE_FORWARD in modes else ()
+        fc_majors = sorted({b[0] for b in fc_all if base is None or b[0] < base})
         dc = [p for p in catalog.data_center_labels() if not products or p in products]
         if fc_majors and dc:
             for major in fc_majors:

@@ -1,21 +1,26 @@
 """The one predicate that says whether a node can run an image: driver, compute capability, product.
 
-`check_node` is used by image choice (`images`), by placement (which nodes are
+`check_node` is used by image choice (`trainop.eligibility`), by placement (which nodes are
 eligible), by `trainop explain` and by the catalog table; `affinity` renders the same
 rule as Kubernetes node-affinity terms. Facts come from GFD labels (`gfd`), rules
-from the catalog (`model`); see shared/reference/cuda-and-gpus.yaml for the sources.
+from the catalog (`model`, whose data file cites NVIDIA's notes for every figure).
 
 A node runs an image that needs CUDA X.Y iff
-  (a) its driver is new enough, by any one of:
-      - directly: driver >= the toolkit/driver table's minimum for X.Y, or the node's
-        `cuda.runtime-version` label (the newest CUDA its driver runs) >= X.Y;
-      - minor-version compatibility: driver >= the minimum of CUDA major X (any X.y
-        runs there, with a limited feature set);
+  (a) its driver is new enough, by one of three modes, in this order of preference:
+      - native: driver >= the release's own min_driver (NGC images; the release
+        notes' "requires NVIDIA Driver release N or later"), or for an image the
+        catalog does not know, driver >= the toolkit/driver table's minimum for X.Y
+        or the node's `cuda.runtime-version` label >= X.Y;
       - forward compatibility: the driver is on one of the release's listed
         branches (R470 >= 470.57, ...) AND the GPU is a data-center part (the
         compat package does not work on GeForce);
-  (b) its compute capability >= the release's min_cc and >= what CUDA major X still
-      builds for (12 -> 5.0, 13 -> 7.5);
+      - minor-version compatibility: driver >= the minimum of CUDA major X (any X.y
+        runs there, with a limited feature set);
+      a caller may allow only some modes (queue / operator config);
+  (b) its compute capability is inside what CUDA X.Y can target: >= the release's
+      min_cc and >= what CUDA major X still builds for (12 -> 5.0, 13 -> 7.5), and its
+      major <= the major of the newest architecture X.Y knows (Ampere needs 11.0,
+      Hopper 11.8, Blackwell 12.8);
   (c) its product is in the job's allow-list (if any) and its GPU memory is enough.
 A GPU node whose driver label is missing is never ok: its GPUs cannot be trusted to
 work. Missing or malformed labels never raise.
@@ -24,7 +29,7 @@ work. Missing or malformed labels never raise.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from trainop.api import constants as c
@@ -46,6 +51,24 @@ VIA_RUNTIME = "cuda-runtime"
 VIA_MINOR_COMPAT = "minor-version-compatibility"
 VIA_FORWARD_COMPAT = "forward-compatibility"
 
+# Compatibility modes (status.compatibility), best first.
+MODE_NATIVE = "Native"
+MODE_FORWARD = "ForwardCompat"
+MODE_MINOR = "MinorVersionCompat"
+MODES: tuple[str, ...] = (MODE_NATIVE, MODE_FORWARD, MODE_MINOR)
+ALL_MODES = frozenset(MODES)
+_MODE_OF = {
+    VIA_NO_REQUIREMENT: MODE_NATIVE,
+    VIA_DRIVER: MODE_NATIVE,
+    VIA_RUNTIME: MODE_NATIVE,
+    VIA_FORWARD_COMPAT: MODE_FORWARD,
+    VIA_MINOR_COMPAT: MODE_MINOR,
+}
+_MODE_TEXT = {
+    MODE_FORWARD: "forward compatibility",
+    MODE_MINOR: "minor-version compatibility",
+}
+
 
 @dataclass(frozen=True)
 class Compat:
@@ -62,6 +85,17 @@ class Compat:
 
     def __bool__(self) -> bool:
         return self.ok
+
+    @property
+    def mode(self) -> str | None:
+        """Native | ForwardCompat | MinorVersionCompat when ok, else None."""
+        return _MODE_OF.get(self.via or "") if self.ok else None
+
+    @property
+    def rank(self) -> int:
+        """0 native, 1 forward, 2 minor-version; len(MODES) when not ok."""
+        mode = self.mode
+        return MODES.index(mode) if mode is not None else len(MODES)
 
 
 def _fail(kind: str, reason: str, requirement: str, observed: str) -> Compat:
@@ -116,32 +150,41 @@ class DriverRule:
     """The acceptable driver paths for one (CUDA, release); shared with `affinity`."""
 
     need: CudaVersion
-    direct: tuple[int, ...] | None  # toolkit/driver table minimum
+    direct: tuple[int, ...] | None  # native minimum: the release's min_driver, else the table's
     minor_compat: tuple[int, ...] | None  # minimum of the CUDA major
     fc_branches: tuple[tuple[int, ...], ...]  # forward-compatible branches of the release
     release: str | None
 
-    def requirement(self) -> str:
+    def requirement(self, modes: Collection[str] = ALL_MODES) -> str:
+        """What the image needs from the driver, by the allowed modes (node-independent)."""
         alts: list[str] = []
-        if self.minor_compat is not None and (
-            self.direct is None or self.minor_compat < self.direct
+        if (
+            MODE_MINOR in modes
+            and self.minor_compat is not None
+            and (self.direct is None or self.minor_compat < self.direct)
         ):
             alts.append(f"{version_text(self.minor_compat)} (minor-version compatibility)")
         if self.direct is not None:
             alts.append(version_text(self.direct))
         need = cuda_text(self.need)
+        off = [_MODE_TEXT[m] for m in (MODE_FORWARD, MODE_MINOR) if m not in modes]
+        tail = f" ({' and '.join(off)} not allowed)" if off else ""
         if not alts:
-            return f"CUDA {need} needs a driver whose nvidia.com/cuda.runtime-version is >= {need}"
-        return f"CUDA {need} needs driver >= {' or '.join(alts)}"
+            return (
+                f"CUDA {need} needs a driver whose nvidia.com/cuda.runtime-version is >= {need}"
+                + tail
+            )
+        return f"CUDA {need} needs driver >= {' or '.join(alts)}{tail}"
 
     def fc_text(self) -> str:
         return ", ".join(f"R{b[0]} >= {version_text(b)}" for b in self.fc_branches)
 
 
 def driver_rule(catalog: Catalog, need: CudaVersion, release: Release | None) -> DriverRule:
+    native = release.min_driver if release is not None else catalog.min_driver_for_cuda(need)
     return DriverRule(
         need=need,
-        direct=catalog.min_driver_for_cuda(need),
+        direct=native,
         minor_compat=catalog.minor_compat_driver(need[0]),
         fc_branches=release.fc_branches if release is not None else (),
         release=release.name if release is not None else None,
@@ -161,9 +204,11 @@ def check_node(
     *,
     gpu_products: Sequence[str] = (),
     min_memory_mib: int | None = None,
+    modes: Collection[str] = ALL_MODES,
 ) -> Compat:
     """Can a node with these GFD facts run an image that needs `need_cuda` (default: the
-    release's CUDA) from `release` (None for a non-NGC image)? Never raises on bad labels."""
+    release's CUDA) from `release` (None for a non-NGC image), by one of `modes`? The best
+    mode wins (`Compat.mode`). Never raises on bad labels."""
     if not is_gpu_node(facts):
         return _fail(
             KIND_NOT_GPU,
@@ -172,56 +217,13 @@ def check_node(
             "",
         )
     product = facts.product or "GPU without a nvidia.com/gpu.product label"
-
-    if gpu_products and facts.product not in gpu_products:
-        allowed = ", ".join(gpu_products)
-        req = f"spec.placement.gpuProducts allows only {allowed}"
-        return _fail(
-            KIND_PRODUCT,
-            f"{product} is not in spec.placement.gpuProducts ({allowed})",
-            req,
-            product,
-        )
-
-    if min_memory_mib is not None:
-        req = f"the job needs >= {min_memory_mib} MiB of GPU memory"
-        if facts.memory_mib is None:
-            return _fail(
-                KIND_MEMORY,
-                f"label {c.GFD_MEMORY} is missing or not a number; {req}",
-                req,
-                f"{product} (no memory label)",
-            )
-        if facts.memory_mib < min_memory_mib:
-            return _fail(
-                KIND_MEMORY,
-                f"{req}; {product} has {facts.memory_mib} MiB",
-                req,
-                f"{product} ({facts.memory_mib} MiB)",
-            )
-
+    early = _check_product_memory(facts, product, gpu_products, min_memory_mib)
+    if early is not None:
+        return early
     need = effective_cuda(need_cuda, release)
-    cc_req = required_cc(catalog, need, release)
-    if cc_req is not None:
-        floor, who = cc_req
-        req = f"{who} needs compute capability >= {version_text(floor)}"
-        cc = facts.compute_capability
-        if cc is None:
-            return _fail(
-                KIND_LABELS,
-                f"label {c.GFD_COMPUTE_MAJOR} is missing or not a number; {req}",
-                f"{who} needs label {c.GFD_COMPUTE_MAJOR} "
-                f"(compute capability >= {version_text(floor)})",
-                product,
-            )
-        if cc < floor:
-            return _fail(
-                KIND_COMPUTE,
-                f"{req}; {product} is {facts.compute_capability_text}",
-                req,
-                f"{product} ({facts.compute_capability_text})",
-            )
-
+    arch = _check_arch(catalog, facts, product, need, release)
+    if arch is not None:
+        return arch
     driver = facts.driver
     if driver is None:
         req = (
@@ -237,37 +239,148 @@ def check_node(
         )
     if need is None:
         return Compat(True, via=VIA_NO_REQUIREMENT)
+    return _check_driver(catalog, facts, product, driver, need, release, modes)
 
-    rule = driver_rule(catalog, need, release)
+
+def _check_product_memory(
+    facts: GpuFacts, product: str, gpu_products: Sequence[str], min_memory_mib: int | None
+) -> Compat | None:
+    if gpu_products and facts.product not in gpu_products:
+        allowed = ", ".join(gpu_products)
+        req = f"spec.placement.gpuProducts allows only {allowed}"
+        return _fail(
+            KIND_PRODUCT,
+            f"{product} is not in spec.placement.gpuProducts ({allowed})",
+            req,
+            product,
+        )
+    if min_memory_mib is None:
+        return None
+    req = f"the job needs >= {min_memory_mib} MiB of GPU memory"
+    if facts.memory_mib is None:
+        return _fail(
+            KIND_MEMORY,
+            f"label {c.GFD_MEMORY} is missing or not a number; {req}",
+            req,
+            f"{product} (no memory label)",
+        )
+    if facts.memory_mib < min_memory_mib:
+        return _fail(
+            KIND_MEMORY,
+            f"{req}; {product} has {facts.memory_mib} MiB",
+            req,
+            f"{product} ({facts.memory_mib} MiB)",
+        )
+    return None
+
+
+def _check_arch(
+    catalog: Catalog,
+    facts: GpuFacts,
+    product: str,
+    need: CudaVersion | None,
+    release: Release | None,
+) -> Compat | None:
+    """The compute-capability range: floor (release, CUDA major) and ceiling (CUDA X.Y)."""
+    cc_req = required_cc(catalog, need, release)
+    ceiling = catalog.max_cc_for_cuda(need) if need is not None else None
+    if cc_req is None and ceiling is None:
+        return None
+    cc = facts.compute_capability
+    if cc is None:
+        floor_text = f"compute capability >= {version_text(cc_req[0])}" if cc_req else ""
+        who = cc_req[1] if cc_req else f"CUDA {cuda_text(need or (0, 0))}"
+        return _fail(
+            KIND_LABELS,
+            f"label {c.GFD_COMPUTE_MAJOR} is missing or not a number; {who} needs "
+            f"{floor_text or 'a known compute capability'}",
+            f"{who} needs label {c.GFD_COMPUTE_MAJOR}" + (f" ({floor_text})" if floor_text else ""),
+            product,
+        )
+    if cc_req is not None and cc < cc_req[0]:
+        floor, who = cc_req
+        req = f"{who} needs compute capability >= {version_text(floor)}"
+        return _fail(
+            KIND_COMPUTE,
+            f"{req}; {product} is {facts.compute_capability_text}",
+            req,
+            f"{product} ({facts.compute_capability_text})",
+        )
+    if ceiling is not None and need is not None and cc[0] > ceiling[0]:
+        first = catalog.first_cuda_for_cc(cc)
+        req = f"CUDA {cuda_text(need)} targets compute capability up to {cuda_text(ceiling)}"
+        since = f" (compute capability {cc[0]}.x needs CUDA >= {cuda_text(first)})" if first else ""
+        need_text = f", needs CUDA >= {cuda_text(first)}" if first else ""
+        return _fail(
+            KIND_COMPUTE,
+            f"{req}; {product} is {facts.compute_capability_text}{since}",
+            req,
+            f"{product} ({facts.compute_capability_text}{need_text})",
+        )
+    return None
+
+
+def _driver_modes(
+    catalog: Catalog,
+    facts: GpuFacts,
+    driver: tuple[int, ...],
+    rule: DriverRule,
+) -> list[str]:
+    """Every via (best first) that admits this driver, ignoring which modes are allowed."""
+    vias: list[str] = []
     if rule.direct is not None and driver >= rule.direct:
-        return Compat(True, via=VIA_DRIVER)
-    if facts.cuda_runtime is not None and facts.cuda_runtime >= need:
-        return Compat(True, via=VIA_RUNTIME)
+        vias.append(VIA_DRIVER)
+    elif (
+        rule.release is None and facts.cuda_runtime is not None and facts.cuda_runtime >= rule.need
+    ):
+        vias.append(VIA_RUNTIME)
+    if catalog.is_data_center(facts.product) and any(
+        _on_branch(driver, b) for b in rule.fc_branches
+    ):
+        vias.append(VIA_FORWARD_COMPAT)
     if rule.minor_compat is not None and driver >= rule.minor_compat:
-        return Compat(True, via=VIA_MINOR_COMPAT)
-    data_center = catalog.is_data_center(facts.product)
-    on_fc = any(_on_branch(driver, b) for b in rule.fc_branches)
-    if on_fc and data_center:
-        return Compat(True, via=VIA_FORWARD_COMPAT)
+        vias.append(VIA_MINOR_COMPAT)
+    return vias
+
+
+def _check_driver(
+    catalog: Catalog,
+    facts: GpuFacts,
+    product: str,
+    driver: tuple[int, ...],
+    need: CudaVersion,
+    release: Release | None,
+    modes: Collection[str],
+) -> Compat:
+    rule = driver_rule(catalog, need, release)
+    vias = _driver_modes(catalog, facts, driver, rule)
+    for via in vias:
+        if _MODE_OF[via] in modes:
+            return Compat(True, via=via)
 
     supports = facts.cuda_runtime or catalog.max_cuda_for_driver(driver)
     drv = facts.driver_label or facts.driver_text or "?"
     have = (
         f"driver {drv} supports CUDA up to {cuda_text(supports)}" if supports else f"driver {drv}"
     )
-    reason = f"{have}; {rule.requirement()}"
-    if rule.fc_branches:
-        if on_fc:
+    reason = f"{have}; {rule.requirement(modes)}"
+    on_fc = any(_on_branch(driver, b) for b in rule.fc_branches)
+    if rule.fc_branches and MODE_FORWARD in modes:
+        if on_fc and not catalog.is_data_center(facts.product):
             reason += (
                 f"; forward compatibility ({rule.fc_text()}) works only on data-center GPUs "
                 f"and {product} is not one"
             )
-        else:
+        elif not on_fc:
             reason += (
                 f", or on a data-center GPU a forward-compatible branch of NGC {rule.release} "
                 f"({rule.fc_text()})"
             )
-    return _fail(KIND_DRIVER, reason, rule.requirement(), f"{product} (driver {drv})")
+    disabled = sorted({_MODE_OF[v] for v in vias} - set(modes), key=MODES.index)
+    if disabled:
+        names = " and ".join(_MODE_TEXT.get(m, m) for m in disabled)
+        reason += f"; {names} would run it but is not allowed for this job"
+    return _fail(KIND_DRIVER, reason, rule.requirement(modes), f"{product} (driver {drv})")
 
 
 def summarize_incompatible(results: Sequence[tuple[str, GpuFacts, Compat]]) -> str:

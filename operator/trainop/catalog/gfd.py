@@ -1,4 +1,13 @@
-"""Reads NVIDIA GPU Feature Discovery node labels (both label generations) into typed GPU facts."""
+"""Reads NVIDIA GPU Feature Discovery node labels (both label generations) into typed GPU facts.
+
+Also reads how the node shares its GPUs, from the labels GFD and the GPU operator write
+(https://github.com/NVIDIA/k8s-device-plugin#shared-access-to-gpus,
+https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html,
+https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html):
+time-slicing or MPS (`nvidia.com/gpu.replicas` > 1, `nvidia.com/gpu.sharing-strategy`, a
+"-SHARED" product suffix) and MIG (`nvidia.com/mig.strategy`; under the single strategy the
+product ends in "-MIG-<profile>"). Neighbours: `compat` judges nodes on these facts.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainop.api import constants as c
+
+# A per-GPU memory above this many "MiB" (16 TiB) can only be bytes: some GFD builds and
+# hand-written labels give bytes.
+_BYTES_THRESHOLD = 1 << 24
+_MIB = 1 << 20
+
+SHARING_TIME_SLICING = "time-slicing"
+SHARING_MPS = "mps"
+SHARING_MIG = "mig"
+
+# "-MIG-1g.5gb", "-MIG-1g.10gb+me": the product suffix of the MIG single strategy.
+MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb(?:\+[a-z]+)?)$")
 
 _INT = re.compile(r"^\s*(\d+)\s*$")
 
@@ -49,6 +70,15 @@ class GpuFacts:
     # the driver version as the labels spell it ("470.57.02"), for messages: `driver` drops
     # leading zeros of the revision
     driver_label: str | None = None
+    replicas: int | None = None  # nvidia.com/gpu.replicas: slices per physical GPU
+    sharing: str | None = None  # time-slicing | mps | mig (MIG single strategy), None: whole GPUs
+    mig_strategy: str | None = None  # nvidia.com/mig.strategy: single | mixed | none
+    mig_profile: str | None = None  # from a "-MIG-<profile>" product (single strategy)
+
+    @property
+    def shared(self) -> bool:
+        """nvidia.com/gpu on this node is a slice of a GPU, not a whole one."""
+        return self.sharing is not None
 
     @property
     def driver_text(self) -> str | None:
@@ -101,14 +131,47 @@ def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
     rmin = _int(_first(labels, c.GFD_RUNTIME_MINOR, c.GFD_RUNTIME_MINOR_OLD))
     runtime = (rmaj, rmin if rmin is not None else 0) if rmaj is not None else None
 
+    replicas = _int(labels.get(c.GFD_REPLICAS))
+    profile = mig_profile(product)
     return GpuFacts(
         product=product,
         count=_int(labels.get(c.GFD_COUNT)),
-        memory_mib=_int(labels.get(c.GFD_MEMORY)),
+        memory_mib=_memory_mib(labels.get(c.GFD_MEMORY)),
         family=_first(labels, c.GFD_FAMILY),
         compute_capability=cc,
         driver=driver,
         cuda_runtime=runtime,
         clique=_first(labels, c.LABEL_GPU_CLIQUE),
         driver_label=driver_label,
+        replicas=replicas,
+        sharing=_sharing(labels, product, replicas, profile),
+        mig_strategy=_first(labels, c.GFD_MIG_STRATEGY),
+        mig_profile=profile,
     )
+
+
+def mig_profile(label: str | None) -> str | None:
+    """'NVIDIA-A100-SXM4-40GB-MIG-1g.5gb' -> '1g.5gb' (MIG single strategy); else None."""
+    m = MIG_SUFFIX.search(label or "")
+    return m.group("profile") if m else None
+
+
+def _memory_mib(value: str | None) -> int | None:
+    """nvidia.com/gpu.memory is MiB; a value too large to be MiB is read as bytes."""
+    n = _int(value)
+    if n is None:
+        return None
+    return n // _MIB if n >= _BYTES_THRESHOLD else n
+
+
+def _sharing(
+    labels: Mapping[str, str], product: str | None, replicas: int | None, profile: str | None
+) -> str | None:
+    if profile is not None:
+        return SHARING_MIG
+    strategy = (labels.get(c.GFD_SHARING_STRATEGY) or "").strip().lower()
+    if strategy in (SHARING_TIME_SLICING, SHARING_MPS):
+        return strategy
+    if (replicas is not None and replicas > 1) or (product or "").endswith("-SHARED"):
+        return SHARING_TIME_SLICING
+    return None

@@ -164,6 +164,7 @@ def _explicit(
 
     # The same repository may serve several frameworks (mpi uses the pytorch image).
     img = next((i for i in specs if spec is not None and i.framework == spec.framework), specs[0])
+    release = release.for_framework(img.ships)  # e.g. 24.06 MXNet's own CUDA 12.4.1
     shipped = release.version_of(img.ships)
     if want is not None and _pad(release.cuda) < _pad(want):
         raise ResolutionError(
@@ -189,19 +190,48 @@ def _explicit(
     )
 
 
-def resolve_image(
+OVERRIDE_HINT = (
+    "; if NVIDIA has published a release that satisfies it, add it to the catalog through "
+    "the operator config's catalogOverrides (docs/catalog.md)"
+)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The releases a job's framework/version/CUDA allow, oldest first, or an explicit image."""
+
+    spec: ImageSpec | None
+    releases: tuple[Release, ...]
+    condition: str  # "shipping pytorch 2.4 with CUDA >= 12.4"
+    explicit: ImageChoice | None = None
+
+    def choice(self, release: Release, reason: str) -> ImageChoice:
+        assert self.spec is not None
+        fw = self.spec.ships
+        return ImageChoice(
+            image=self.spec.image_for(release),
+            release=release,
+            cuda=release.cuda_mm,
+            framework_version=release.version_of(fw),
+            reason=reason,
+        )
+
+    def head(self, release: Release) -> str:
+        fw = self.spec.ships if self.spec else "?"
+        return f"NGC {release.name} ({fw} {release.version_of(fw)}, CUDA {release.cuda_text})"
+
+
+def candidate_releases(
     catalog: Catalog,
     framework: str,
     framework_version: str | None,
     cuda: str | None,
     *,
     image: str | None = None,
-    fleet: Sequence[GpuFacts] = (),
-) -> ImageChoice:
-    """Pick the image for a job (see the module docstring for the rule).
-
-    Raises `ResolutionError` whose message names the field (spec.framework.name,
-    spec.framework.version, spec.cuda) and says what is available."""
+    allow_unconfirmed: bool = True,
+) -> Candidates:
+    """Every release the spec allows (or the explicit image). Raises `ResolutionError` naming
+    the field when none can ever satisfy it; the message points at the catalog override."""
     version = (framework_version or "").strip() or None
     if version is not None and not _VERSION.match(version.lstrip("vV")):
         raise ResolutionError(
@@ -209,10 +239,10 @@ def resolve_image(
         )
     want = parse_cuda(cuda)
     spec = catalog.image_spec(framework)
-
     if image and image.strip():
-        return _explicit(catalog, spec, image.strip(), version, want)
-
+        explicit = _explicit(catalog, spec, image.strip(), version, want)
+        rels = (explicit.release,) if explicit.release is not None else ()
+        return Candidates(spec, rels, "given as spec.image", explicit)
     if spec is None:
         raise ResolutionError(
             FIELD_NAME,
@@ -232,7 +262,7 @@ def resolve_image(
         raise ResolutionError(
             FIELD_VERSION,
             f"{fw} {version} is in no NGC release in the catalog; available: "
-            f"{available_versions([shipped(r) for r in shipping])}",
+            f"{available_versions([shipped(r) for r in shipping])}{OVERRIDE_HINT}",
         )
     what = f"{fw} {version}" if version else fw
     candidates = [r for r in matching if want is None or _pad(r.cuda) >= _pad(want)]
@@ -243,10 +273,46 @@ def resolve_image(
             FIELD_CUDA,
             f"no NGC release ships {what} with CUDA >= {'.'.join(map(str, want))}; "
             f"{what} comes with CUDA {matching[0].cuda_text} .. {newest.cuda_text} "
-            f"(NGC {matching[0].name} .. {newest.name})",
+            f"(NGC {matching[0].name} .. {newest.name}){OVERRIDE_HINT}",
         )
-
+    if not allow_unconfirmed:
+        confirmed = [r for r in candidates if not r.unconfirmed_node_facts(fw)]
+        if not confirmed:
+            facts = ", ".join(
+                f"{r.name}: {'/'.join(r.unconfirmed_node_facts(fw))}" for r in candidates
+            )
+            raise ResolutionError(
+                FIELD_NAME,
+                f"every NGC release shipping {what} has unconfirmed facts ({facts}) and the "
+                "operator forbids unconfirmed releases (allowUnconfirmedReleases: false); "
+                "confirm them against NVIDIA's release notes through catalogOverrides "
+                "(docs/catalog.md)",
+            )
+        candidates = confirmed
     cond = f"shipping {what}" + (f" with CUDA >= {'.'.join(map(str, want))}" if want else "")
+    return Candidates(spec, tuple(candidates), cond)
+
+
+def resolve_image(
+    catalog: Catalog,
+    framework: str,
+    framework_version: str | None,
+    cuda: str | None,
+    *,
+    image: str | None = None,
+    fleet: Sequence[GpuFacts] = (),
+) -> ImageChoice:
+    """Pick the image for a job without placing it: the newest candidate release at least
+    one node of `fleet` runs natively or otherwise (`trainop.eligibility` does the gang-aware
+    choice the planner uses; this one serves tenant policy and tools).
+
+    Raises `ResolutionError` whose message names the field (spec.framework.name,
+    spec.framework.version, spec.cuda) and says what is available."""
+    cands = candidate_releases(catalog, framework, framework_version, cuda, image=image)
+    if cands.explicit is not None:
+        return cands.explicit
+    candidates = list(cands.releases)
+    cond = cands.condition
     newest_first = list(reversed(candidates))
     chosen = newest_first[0]
     which = "newest"
@@ -274,11 +340,4 @@ def resolve_image(
             chosen = runnable
         else:
             tail = " and a node of the fleet can run it."
-    head = f"NGC {chosen.name} ({fw} {chosen.version_of(fw)}, CUDA {chosen.cuda_text})"
-    return ImageChoice(
-        image=spec.image_for(chosen),
-        release=chosen,
-        cuda=chosen.cuda_mm,
-        framework_version=chosen.version_of(fw),
-        reason=f"{head} is the {which} release {cond}{tail}",
-    )
+    return cands.choice(chosen, f"{cands.head(chosen)} is the {which} release {cond}{tail}")

@@ -12,13 +12,13 @@ import copy
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from trainop.catalog.gfd import parse_version
+from trainop.catalog.gfd import MIG_SUFFIX, parse_version
 
 Version = tuple[int, ...]
 CudaVersion = tuple[int, int]
@@ -31,6 +31,7 @@ _TOP_KEYS = frozenset(
         "cuda_min_driver",
         "minor_version_compat",
         "cuda_min_cc",
+        "cuda_max_cc",
         "gpus",
         "images",
     }
@@ -45,16 +46,24 @@ _RELEASE_FIELDS = frozenset(
         "fc_branches",
         "min_cc",
         "frameworks",
+        "by_framework",
         "unconfirmed",
     }
 )
+_BY_FRAMEWORK_FIELDS = frozenset({"cuda", "min_driver", "fc_branches"})
+# Release facts that decide whether a node can run an image: an unconfirmed one makes the
+# release "unconfirmed" for image choice (confirmed releases are preferred).
+NODE_FACTS = ("cuda", "min_driver", "min_cc")
 _GPU_FIELDS = frozenset({"cc", "family", "memory_mib", "data_center"})
 _IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until"})
 
-# GFD writes the product with spaces turned into '-'; older drivers omit the
-# "NVIDIA-" prefix and time-slicing appends "-SHARED" (cuda-and-gpus.yaml, gfd_labels).
+# GFD writes the product with spaces turned into '-'; older drivers omit the "NVIDIA-"
+# prefix, time-slicing appends "-SHARED" and the MIG single strategy "-MIG-<profile>"
+# (https://github.com/NVIDIA/gpu-feature-discovery#generated-labels and
+# https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html).
 _PREFIX = "NVIDIA-"
 _SHARED = "-SHARED"
+_MIG = MIG_SUFFIX
 
 
 class DottedVersion(tuple[int, ...]):
@@ -84,12 +93,20 @@ def version_text(v: Iterable[int]) -> str:
 
 
 def base_product(label: str) -> str:
-    """'NVIDIA-H100-80GB-HBM3-SHARED' -> 'H100-80GB-HBM3': the form products are compared in."""
+    """'NVIDIA-H100-80GB-HBM3-SHARED' -> 'H100-80GB-HBM3', 'A100-SXM4-40GB-MIG-1g.5gb' ->
+    'A100-SXM4-40GB': the form products are compared in."""
     if label.endswith(_SHARED):
         label = label[: -len(_SHARED)]
+    label = _MIG.sub("", label)
     if label.startswith(_PREFIX):
         label = label[len(_PREFIX) :]
     return label
+
+
+def quota_product(label: str) -> str:
+    """'NVIDIA-A100-SXM4-40GB-MIG-1g.5gb' -> 'A100-SXM4-40GB-MIG-1g.5gb': the prefix older
+    drivers omit goes, the sharing suffixes stay (a slice is not a whole GPU)."""
+    return label[len(_PREFIX) :] if label.startswith(_PREFIX) else label
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,15 @@ class Release:
     nccl: str | None = None
     python: str | None = None
     unconfirmed: frozenset[str] = frozenset()
+    # framework -> (cuda, min_driver, fc_branches) where that image differs (24.06 MXNet)
+    by_framework: tuple[tuple[str, Version, Version, tuple[Version, ...]], ...] = ()
+
+    def for_framework(self, ships: str) -> Release:
+        """This release as the image of `ships` sees it (its own CUDA/driver when listed)."""
+        for name, cuda, driver, fc in self.by_framework:
+            if name == ships:
+                return replace(self, cuda=cuda, min_driver=driver, fc_branches=fc, by_framework=())
+        return self
 
     @property
     def key(self) -> tuple[int, int]:
@@ -139,6 +165,12 @@ class Release:
 
     def is_unconfirmed(self, what: str) -> bool:
         return what in self.unconfirmed
+
+    def unconfirmed_node_facts(self, ships: str | None = None) -> tuple[str, ...]:
+        """The unconfirmed facts image choice relies on: CUDA, driver, compute capability and
+        the framework version of the image (`ships`)."""
+        wanted = (*NODE_FACTS, ships) if ships else NODE_FACTS
+        return tuple(f for f in wanted if f in self.unconfirmed)
 
 
 @dataclass(frozen=True)
@@ -184,6 +216,7 @@ class Catalog:
     cuda_min_cc: tuple[tuple[int, CudaVersion], ...]  # CUDA major -> min compute capability
     gpus: tuple[GpuProduct, ...]
     images: tuple[ImageSpec, ...]
+    cuda_max_cc: tuple[tuple[CudaVersion, CudaVersion], ...] = ()  # CUDA X.Y -> ceiling
 
     @functools.cached_property
     def _by_base(self) -> Mapping[str, GpuProduct]:
@@ -210,11 +243,12 @@ class Catalog:
         return None
 
     def releases_for(self, framework: str) -> tuple[Release, ...]:
-        """Releases with an image for this framework, oldest first."""
+        """Releases with an image for this framework, oldest first, each with the image's own
+        CUDA/driver figures where they differ (`Release.for_framework`)."""
         spec = self.image_spec(framework)
         if spec is None:
             return ()
-        return tuple(r for r in self.releases if spec.available_in(r))
+        return tuple(r.for_framework(spec.ships) for r in self.releases if spec.available_in(r))
 
     # --- CUDA / driver tables ---
     def min_driver_for_cuda(self, cuda: CudaVersion) -> Version | None:
@@ -248,6 +282,22 @@ class Catalog:
                 best = cc
         return best
 
+    def max_cc_for_cuda(self, cuda: CudaVersion) -> CudaVersion | None:
+        """Newest compute capability CUDA X.Y can target (the entry at or below X.Y); None
+        when the table has nothing at or below it (no ceiling known)."""
+        best: CudaVersion | None = None
+        for c, cc in self.cuda_max_cc:
+            if c <= cuda:
+                best = cc
+        return best
+
+    def first_cuda_for_cc(self, cc: CudaVersion) -> CudaVersion | None:
+        """Oldest CUDA whose ceiling reaches a GPU of compute capability `cc` (same major)."""
+        for c, ceiling in self.cuda_max_cc:
+            if ceiling[0] >= cc[0]:
+                return c
+        return None
+
     # --- GPU products ---
     def gpu(self, product: str | None) -> GpuProduct | None:
         if not product:
@@ -255,6 +305,11 @@ class Catalog:
         return self._by_base.get(base_product(product))
 
     def is_data_center(self, product: str | None) -> bool:
+        """A data-center part (forward compatibility works on it). A MIG-single product name
+        ("-MIG-1g.5gb") is not accepted: node affinity could not list every such name, and
+        the rule it renders must stay as strict as this one."""
+        if product and _MIG.search(product):
+            return False
         g = self.gpu(product)
         return bool(g and g.data_center)
 
@@ -376,6 +431,7 @@ def _release(name: str, data: Any) -> Release:
                 f"{where}.unconfirmed: {u!r} is neither a release field "
                 f"nor a framework of this release"
             )
+    by_fw = _by_framework(where, d.get("by_framework", {}), {k for k, _ in frameworks}, fc)
     opt = {}
     for k in ("cudnn", "nccl", "python"):
         if k in d:
@@ -388,8 +444,39 @@ def _release(name: str, data: Any) -> Release:
         fc_branches=fc,
         frameworks=frameworks,
         unconfirmed=frozenset(unc_raw),
+        by_framework=by_fw,
         **opt,
     )
+
+
+def _by_framework(
+    where: str, raw: Any, shipped: set[str], release_fc: tuple[Version, ...]
+) -> tuple[tuple[str, Version, Version, tuple[Version, ...]], ...]:
+    """releases[X].by_framework: an image of the release with its own CUDA/driver figures
+    (fc_branches default to the release's)."""
+    out = []
+    for fw, entry in _mapping(f"{where}.by_framework", raw).items():
+        at = f"{where}.by_framework.{fw}"
+        if fw not in shipped:
+            raise CatalogError(f"{at}: {fw!r} is not in this release's frameworks")
+        e = _mapping(at, entry)
+        _unknown(at, e, _BY_FRAMEWORK_FIELDS)
+        for req in ("cuda", "min_driver"):
+            if req not in e:
+                raise CatalogError(f"{at}.{req}: required")
+        fc_raw = e.get("fc_branches")
+        if fc_raw is not None and not isinstance(fc_raw, list):
+            raise CatalogError(f"{at}.fc_branches: expected a list of driver branches")
+        fc = (
+            tuple(_version(f"{at}.fc_branches[{i}]", b) for i, b in enumerate(fc_raw))
+            if fc_raw is not None
+            else release_fc
+        )
+        cuda = _version(f"{at}.cuda", e["cuda"])
+        if len(cuda) < 2:
+            raise CatalogError(f"{at}.cuda: expected major.minor[.patch], got {e['cuda']!r}")
+        out.append((str(fw), cuda, _version(f"{at}.min_driver", e["min_driver"]), fc))
+    return tuple(sorted(out))
 
 
 def _gpu(label: Any, data: Any) -> GpuProduct:
@@ -490,6 +577,13 @@ def catalog_from_data(data: Any) -> Catalog:
         mcc.append((_major_key("cuda_min_cc", k), _cc(f"cuda_min_cc[{k!r}]", v)))
     mcc.sort()
 
+    mxc: list[tuple[CudaVersion, CudaVersion]] = []
+    for k, v in _mapping("cuda_max_cc", d.get("cuda_max_cc", {})).items():
+        if not isinstance(k, str):
+            raise CatalogError(f"cuda_max_cc: key {k!r} must be a quoted 'X.Y' string")
+        mxc.append((_cc(f"cuda_max_cc[{k!r}] (key)", k), _cc(f"cuda_max_cc[{k!r}]", v)))
+    mxc.sort()
+
     gpus = tuple(_gpu(k, v) for k, v in _mapping("gpus", d.get("gpus", {})).items())
     seen: dict[str, str] = {}
     for g in gpus:
@@ -515,6 +609,7 @@ def catalog_from_data(data: Any) -> Catalog:
         cuda_min_driver=tuple(cmd),
         minor_version_compat=tuple(mvc),
         cuda_min_cc=tuple(mcc),
+        cuda_max_cc=tuple(mxc),
         gpus=gpus,
         images=images,
     )

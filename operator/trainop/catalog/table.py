@@ -1,17 +1,20 @@
-"""Renders the catalog as a fixed-width text table for `trainop catalog`.
+"""Renders the catalog as fixed-width text tables for `trainop catalog`.
 
-One row per (framework, NGC release): framework version, CUDA, minimum driver and
-compute capability; with nodes, which of them (counted per product) can run the
-image, by the same `compat.check_node` the operator uses. A '*' marks a value the
-catalog lists as unconfirmed.
+`catalog_table`: one row per (framework, NGC release): framework version, CUDA, minimum
+driver and compute capability; with nodes, which of them (counted per product) can run
+the image, by the same `compat.check_node` the operator uses. A '*' marks a value the
+catalog lists as unconfirmed. `node_class_table`: per node class (nodes with identical
+GPU facts), which releases run natively and which only through forward or minor-version
+compatibility. `unconfirmed_facts`: every fact still marked unconfirmed (`--check`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
-from trainop.catalog.compat import check_node
+from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE, check_node
 from trainop.catalog.gfd import GpuFacts
 from trainop.catalog.images import ResolutionError, parse_cuda
 from trainop.catalog.model import Catalog, Release
@@ -87,3 +90,73 @@ def catalog_table(
     if any_unconfirmed:
         lines.append(f"{_MARK} unconfirmed: inferred, check the NGC release notes (catalog.yaml)")
     return "\n".join(lines)
+
+
+def unconfirmed_facts(catalog: Catalog) -> list[str]:
+    """One line per release with unconfirmed facts: 'NGC 24.01: cuda 12.3.2, ...'."""
+    out = []
+    for r in reversed(catalog.releases):
+        if not r.unconfirmed:
+            continue
+        values = {
+            "cuda": r.cuda_text,
+            "min_driver": r.min_driver_text,
+            "min_cc": r.min_cc_text,
+            "fc_branches": ", ".join(str(b) for b in r.fc_branches) or "none listed",
+            "cudnn": r.cudnn,
+            "nccl": r.nccl,
+            "python": r.python,
+            **dict(r.frameworks),
+        }
+        facts = "; ".join(f"{f} {values.get(f) or '-'}" for f in sorted(r.unconfirmed))
+        out.append(f"NGC {r.name}: {facts}")
+    return out
+
+
+def _runs(names: list[str], order: list[str]) -> str:
+    """Release names as ranges of consecutive catalog releases: '23.03..24.05, 25.08'."""
+    if not names:
+        return "-"
+    idx = sorted(order.index(n) for n in names)
+    parts: list[str] = []
+    start = prev = idx[0]
+    for i in [*idx[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(order[start] if start == prev else f"{order[start]}..{order[prev]}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
+
+
+def _class_name(facts: GpuFacts) -> str:
+    drv = facts.driver_label or facts.driver_text or "no driver label"
+    cc = facts.compute_capability_text or "?"
+    share = f", {facts.sharing}" if facts.sharing else ""
+    return f"{facts.product or 'unlabelled GPU'} (driver {drv}, cc {cc}{share})"
+
+
+def node_class_table(catalog: Catalog, nodes: Sequence[tuple[str, GpuFacts]]) -> str:
+    """Per node class: the releases it runs natively, through forward compatibility only,
+    and through minor-version compatibility only (checked like the operator checks)."""
+    classes: dict[GpuFacts, int] = Counter(replace(f, clique=None) for _, f in nodes)
+    order = [r.name for r in catalog.releases]
+    header = ["NODE CLASS", "NODES", "NATIVE", "FORWARD COMPAT ONLY", "MINOR-VERSION ONLY"]
+    rows = []
+    for facts, count in sorted(classes.items(), key=lambda kv: _class_name(kv[0])):
+        if not any((facts.product, facts.driver, facts.compute_capability)):
+            continue
+        by_mode: dict[str, list[str]] = {MODE_NATIVE: [], MODE_FORWARD: [], MODE_MINOR: []}
+        for r in catalog.releases:
+            verdict = check_node(catalog, facts, r.cuda_mm, r)
+            if verdict.mode is not None:
+                by_mode[verdict.mode].append(r.name)
+        rows.append([_class_name(facts), str(count)] + [_runs(by_mode[m], order) for m in by_mode])
+    if not rows:
+        return "no GPU node classes"
+    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )

@@ -2,7 +2,10 @@
 
 Prints `catalog.catalog_table`: one row per (framework, NGC release) with framework version,
 CUDA, minimum driver and compute capability; `--nodes` (`kubectl get nodes -o yaml` output)
-adds the nodes able to run each image, checked exactly as the planner checks them.
+adds the nodes able to run each image, checked exactly as the planner checks them, and a
+second table per node class (identical GPU facts): the releases it runs natively and those
+it runs only through forward or minor-version compatibility. `--check` lists the catalog
+facts still marked unconfirmed (exit 0; 1 when there are any, for CI).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import click
 
 from trainop.catalog import GpuFacts, ResolutionError, catalog_table, gpu_facts_from_labels
+from trainop.catalog.table import node_class_table, unconfirmed_facts
 from trainop.cli.inputs import InputError, exit_invalid, object_name, read_objects
 from trainop.config import ConfigError, load_operator_config
 from trainop.planner import OperatorConfig
@@ -28,8 +32,14 @@ from trainop.planner import OperatorConfig
 @click.option("--config", "config_file", metavar="CONFIG.yaml",
               type=click.Path(dir_okay=False, exists=True),
               help="Operator config whose catalogOverrides apply.")  # fmt: skip
+@click.option("--check", is_flag=True,
+              help="List the facts still marked unconfirmed; exit 1 when there are any.")  # fmt: skip
 def catalog(
-    framework: str | None, cuda: str | None, nodes_file: str | None, config_file: str | None
+    framework: str | None,
+    cuda: str | None,
+    nodes_file: str | None,
+    config_file: str | None,
+    check: bool,
 ) -> None:
     """Show the catalog: framework x NGC release x CUDA x minimum driver x compute capability."""
     try:
@@ -48,4 +58,18 @@ def catalog(
     except ResolutionError as exc:
         flag = "--framework" if exc.field == "framework" else exc.field
         exit_invalid(f"{flag}: {exc.detail}")
+    if check:
+        lines = unconfirmed_facts(config.catalog)
+        for line in lines:
+            click.echo(line)
+        click.echo(
+            f"{len(lines)} releases with unconfirmed facts; confirm them against NVIDIA's "
+            "release notes and set them through catalogOverrides"
+            if lines
+            else "every catalog fact is confirmed"
+        )
+        raise SystemExit(1 if lines else 0)
     click.echo(table)
+    if nodes:
+        click.echo("")
+        click.echo(node_class_table(config.catalog, nodes))

@@ -143,6 +143,11 @@ def placement_header(plan: Plan) -> str:
     """The comment lines opening a job's YAML: where the gang landed, and what is not shown."""
     st = plan.placement_status()
     lines = [f"# placement: {st['level']} {st['domain']} nodes={','.join(st['nodes'])}"]
+    if plan.compatibility:
+        lines.append(f"# image: {plan.image.image} ({plan.compatibility})")
+    if len(plan.image_tried) > 1:
+        lines.append("# image choice, releases tried in order:")
+        lines += [f"#   {t}" for t in plan.image_tried]
     if plan.secret_name:
         lines.append(f"# not rendered: Secret {plan.secret_name} (the operator generates "
                      "the job's SSH keypair in it)")  # fmt: skip

@@ -173,16 +173,18 @@ class Snapshot:
         return cached
 
     def free_gpus_by_product(self) -> Mapping[str, int]:
-        """Free GPUs on schedulable nodes per GFD product ("unknown" when unlabelled)."""
+        """Free whole GPUs on schedulable nodes per GFD product ("unknown" when unlabelled).
+        Nodes whose nvidia.com/gpu are slices (time-slicing, MPS, MIG) are not counted."""
         out: dict[str, int] = defaultdict(int)
         for n in self.nodes:
-            if n.schedulable and n.gpus_allocatable > 0:
+            if n.schedulable and n.gpus_allocatable > 0 and not n.gpu.shared:
                 out[n.gpu.product or "unknown"] += n.gpus_free
         return FrozenMap((k, out[k]) for k in sorted(out))
 
     @property
     def gpus_free(self) -> int:
-        return sum(n.gpus_free for n in self.nodes if n.schedulable)
+        """Free whole GPUs on schedulable nodes (sliced capacity is not whole GPUs)."""
+        return sum(n.gpus_free for n in self.nodes if n.schedulable and not n.gpu.shared)
 
     def with_reserved(self, reservations: Reservations) -> Snapshot:
         """A new snapshot with these GPUs taken (simulate); the original is the undo.

@@ -156,7 +156,7 @@ def intake(
         return None
     try:
         spec = parse_spec(body)
-        check_semantics(spec)
+        check_semantics(spec, config)  # with config: no catalog release fits -> Invalid
         check_names(meta.get("name", ""), spec)
     except InvalidJob:
         return None  # reconcile marks it Invalid
@@ -246,7 +246,8 @@ def decide(
             jobs.append(job)
             by_key[key] = body
     usable = [q for q in inputs.queues if q.error is None]  # a broken queue admits nobody
-    decisions = admit(now.timestamp(), usable, jobs, snapshot, PlannerPlacer(by_key, config))
+    placer = PlannerPlacer(by_key, config, {q.name: q for q in usable})  # queue policy modes
+    decisions = admit(now.timestamp(), usable, jobs, snapshot, placer)
     queue_of = {j.key: j.queue for j in jobs}
     return PassResult(
         decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken

@@ -22,7 +22,7 @@ from trainop.api.trainingqueue import (
     TrainingQueueSpec,
     TrainingQueueStatus,
 )
-from trainop.catalog.model import base_product
+from trainop.catalog.model import quota_product
 from trainop.inventory import Snapshot
 
 # Reasons a job waits (TrainingJob status.pendingReason) and a victim is preempted.
@@ -60,13 +60,15 @@ def group_key(name: str | None, products: tuple[str, ...]) -> str:
 
     Queues of one cohort lend each other GPUs group by group, matched by this key, so two
     tenants sharing H100s should give their H100 quota the same `name` (or the same single
-    product, whose short lower-case form is the default key, e.g. "h100-80gb-hbm3").
+    product, whose short lower-case form is the default key, e.g. "h100-80gb-hbm3"). Sliced
+    products keep their suffix ("t4-shared", "a100-sxm4-40gb-mig-1g.5gb"): slices are not
+    whole GPUs.
     """
     if name:
         return name
     if not products:
         return ANY_GROUP
-    return "+".join(base_product(p).lower() for p in products)
+    return "+".join(quota_product(p).lower() for p in products)
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainop.api.constants import RESOURCE_MIG_PREFIX
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job, resolve
+from trainop.planner import (
+    InvalidJob,
+    OperatorConfig,
+    Plan,
+    Wait,
+    config_for_queue,
+    plan_job,
+    resolve,
+)
 from trainop.queueing.model import INCOMPATIBLE, Fit, QueuedJob, QueueState, Unfit
 from trainop.queueing.policy import Violation, check_policy
 
@@ -32,7 +41,9 @@ def with_products(body: Mapping[str, Any], products: tuple[str, ...]) -> dict[st
 
 
 def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
-    """A planner Plan as admission's Fit (the Plan rides along as `placement`)."""
+    """A planner Plan as admission's Fit (the Plan rides along as `placement`). A job on
+    MIG-mixed slices is charged to the slice's product ('<product>-MIG-<profile>', as the
+    MIG single strategy names it), never to the node's whole GPUs."""
     p = plan.placement
     product = None
     for name in p.nodes:
@@ -40,6 +51,8 @@ def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
         if node is not None and node.gpu.product:
             product = node.gpu.product
             break
+    if product and plan.gpu_resource.startswith(RESOURCE_MIG_PREFIX):
+        product = f"{product}-MIG-{plan.gpu_resource[len(RESOURCE_MIG_PREFIX) :]}"
     return Fit(
         placement=plan,
         gpus_by_node=tuple(sorted(p.gpus_by_node().items())),
@@ -51,9 +64,16 @@ def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
 class PlannerPlacer:
     """try_place backed by planner.plan_job; `bodies` maps QueuedJob.key to the job body."""
 
-    def __init__(self, bodies: Mapping[str, Mapping[str, Any]], config: OperatorConfig) -> None:
+    def __init__(
+        self,
+        bodies: Mapping[str, Mapping[str, Any]],
+        config: OperatorConfig,
+        queues: Mapping[str, QueueState] | None = None,
+    ) -> None:
         self.bodies = bodies
         self.config = config
+        # queue name -> its state: its policy.compatibilityModes narrow the config's modes
+        self.queues = queues or {}
 
     def __call__(
         self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
@@ -66,7 +86,13 @@ class PlannerPlacer:
         try:
             # Pods carry the gang generation; a restarted job's new gang must match it.
             generation = int((body.get("status") or {}).get("restartCount") or 0)
-            result = plan_job(body, snapshot, self.config, gang_generation=generation)
+            queue = self.queues.get(job.queue)
+            config = (
+                config_for_queue(self.config, queue.policy.compatibility_modes)
+                if queue is not None
+                else self.config
+            )
+            result = plan_job(body, snapshot, config, gang_generation=generation)
         except InvalidJob as exc:
             # e.g. no image of the framework runs on this group's GPUs: another group may do.
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")

@@ -245,7 +245,9 @@ class _Sim:
             )
             self.prepare(job, namespaces, priority_classes, default_priority)
             self.jobs[key] = job
-        self.placer = PlannerPlacer({k: j.body for k, j in self.jobs.items()}, config)
+        self.placer = PlannerPlacer(
+            {k: j.body for k, j in self.jobs.items()}, config, {q.name: q for q in self.queues}
+        )
 
     def prepare(
         self,
@@ -258,7 +260,7 @@ class _Sim:
         namespace = job.key.split("/", 1)[0]
         try:
             spec: TrainingJobSpec = parse_spec(job.body)
-            check_semantics(spec)
+            check_semantics(spec, self.config)
         except InvalidJob as exc:
             job.state, job.blocked_reason = "Invalid", INVALID
             job.blocked_message = f"{exc.field}: {exc.detail}"
