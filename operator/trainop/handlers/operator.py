@@ -99,7 +99,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
+    # kopf would post every "Handler succeeded" line as an Event: thousands of writes in a
+    # burst. trainop posts its own Events; kopf posts only its warnings and errors.
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 16
