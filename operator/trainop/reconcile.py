@@ -259,6 +259,58 @@ class _Status:
         return True
 
 
+@dataclass
+class _Ctx:
+    """One reconcile's inputs and its output in the making; the phase handlers share it."""
+
+    body: Mapping[str, Any]
+    snapshot: Callable[[], Snapshot]
+    config: OperatorConfig
+    now: datetime
+    admission: Admission
+    priority_classes: Collection[str] | None
+    st: _Status
+    live: list[Mapping[str, Any]]
+    deleting: list[Mapping[str, Any]]
+    acts: Actions = field(default_factory=Actions)
+    spec: TrainingJobSpec | None = None
+
+    @property
+    def name(self) -> str:
+        return str((self.body.get("metadata") or {}).get("name", ""))
+
+    @property
+    def job_spec(self) -> TrainingJobSpec:
+        assert self.spec is not None, "validated first"
+        return self.spec
+
+    @property
+    def restarts(self) -> int:
+        return int(self.st.new.get("restartCount") or 0)
+
+    def finish(self, requeue: float | None = None) -> Actions:
+        acts = self.acts
+        acts.status = self.st.new
+        acts.events = self.st.events
+        # The earliest of every reason to look again (deadline, backoff, follow-ups).
+        due = [t for t in (requeue, acts.requeue_after) if t is not None]
+        acts.requeue_after = min(due) if due else None
+        # One action per pod: a pod being deleted is neither deleted twice nor released.
+        acts.delete_pods = list(dict.fromkeys(acts.delete_pods))
+        acts.ungate = [n for n in acts.ungate if n not in acts.delete_pods]
+        return acts
+
+    def delete_all(self) -> None:
+        self.acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in self.live))
+
+    def invalid(self, exc: InvalidJob) -> Actions:
+        self.st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
+        return self.finish()
+
+
+Step = Callable[[_Ctx], "Actions | None"]  # None: go on to the next step
+
+
 def reconcile(
     body: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -271,147 +323,234 @@ def reconcile(
     """Decide the next actions for one TrainingJob (see the module docstring).
 
     `priority_classes`: the PriorityClass names the cluster has (None: unknown, not checked);
-    a gang is never started for a job naming a missing one."""
-    meta = body.get("metadata") or {}
-    name = meta.get("name", "")
-    st = _Status(body, now)
-    acts = Actions()
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    deleting = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
+    a gang is never started for a job naming a missing one.
 
-    def finish(requeue: float | None = None) -> Actions:
-        acts.status = st.new
-        acts.events = st.events
-        # The earliest of every reason to look again (deadline, backoff, follow-ups).
-        due = [t for t in (requeue, acts.requeue_after) if t is not None]
-        acts.requeue_after = min(due) if due else None
-        # One action per pod: a pod being deleted is neither deleted twice nor released.
-        acts.delete_pods = list(dict.fromkeys(acts.delete_pods))
-        acts.ungate = [n for n in acts.ungate if n not in acts.delete_pods]
-        return acts
+    The checks that hold in every phase run first (_CHECKS, in order); then the handler of
+    the job's situation (_HANDLERS, chosen by `_situation`) decides."""
+    ctx = _Ctx(
+        body=body,
+        snapshot=snapshot_for_planning,
+        config=config,
+        now=now,
+        admission=admission,
+        priority_classes=priority_classes,
+        st=_Status(body, now),
+        live=[p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")],
+        deleting=[p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")],
+    )
+    if ctx.st.phase in TERMINAL_PHASES:
+        return _on_terminal(ctx)
+    for check in _CHECKS:
+        done = check(ctx)
+        if done is not None:
+            return done
+    return _HANDLERS[_situation(ctx)](ctx)
 
-    def delete_all() -> None:
-        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in live))
 
-    # Terminal: free GPUs held by pods still running (PS, sidecar roles), then wait for TTL.
-    if st.phase in TERMINAL_PHASES:
-        acts.delete_pods.extend(
-            sorted(p["metadata"]["name"] for p in live if _phase(p) not in ("Succeeded", "Failed"))
-        )
-        ttl = ((body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
-        done = parse_time(st.new.get("completionTime"))
-        if ttl is not None and done is not None:
-            left = (done + timedelta(seconds=int(ttl)) - now).total_seconds()
-            if left <= 0:
-                acts.delete_job = True
-                return finish()
-            return finish(requeue=left)
-        return finish()
+def _situation(ctx: _Ctx) -> str:
+    """Which handler decides: by the pods the job has, not by the phase it last wrote."""
+    if not ctx.live:
+        return "restarting" if ctx.st.phase == "Restarting" else "waiting"
+    if any(_gated(p) for p in ctx.live):
+        return "admitted"
+    return "running"
 
-    # Invalid: a spec that can never run gets a condition and an Event, and no pods.
+
+# --- checks of every phase -------------------------------------------------------------------
+def _check_valid(ctx: _Ctx) -> Actions | None:
+    """A spec that can never run gets a condition and an Event, and no pods."""
     try:
-        spec = parse_spec(body)
-        check_semantics(spec, config)
-        check_names(name, spec)
+        ctx.spec = parse_spec(ctx.body)
+        check_semantics(ctx.spec, ctx.config)
+        check_names(ctx.name, ctx.spec)
     except InvalidJob as exc:
-        delete_all()
-        st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
-        return finish()
-    st.new["gpus"] = spec.total_gpus
-    st.new["replicaStatuses"] = replica_statuses(live, spec)
-    restarts = int(st.new.get("restartCount") or 0)
-    policy = spec.run_policy
+        ctx.delete_all()
+        return ctx.invalid(exc)
+    ctx.st.new["gpus"] = ctx.spec.total_gpus
+    ctx.st.new["replicaStatuses"] = replica_statuses(ctx.live, ctx.spec)
+    return None
 
-    if policy.suspend:
-        delete_all()
+
+def _check_suspended(ctx: _Ctx) -> Actions | None:
+    if ctx.job_spec.run_policy.suspend:
+        ctx.delete_all()
         # As for a Kubernetes Job, the deadline clock restarts on resume.
-        st.new.pop("startTime", None)
-        st.enter("Suspended", "Suspended", "spec.runPolicy.suspend is true; pods deleted")
-        return finish()
+        ctx.st.new.pop("startTime", None)
+        ctx.st.enter("Suspended", "Suspended", "spec.runPolicy.suspend is true; pods deleted")
+        return ctx.finish()
+    if ctx.st.phase == "Suspended":  # resuming: as for a Kubernetes Job, the deadline restarts
+        ctx.st.new.pop("startTime", None)
+    return None
 
-    if st.phase == "Suspended":  # resuming: as for a Kubernetes Job, the deadline restarts
-        st.new.pop("startTime", None)
-    # Deadline runs from the first admission, across restarts.
-    started = parse_time(st.new.get("startTime"))
-    if policy.active_deadline_seconds and started:
-        over = (now - started).total_seconds() - policy.active_deadline_seconds
-        if over >= 0:
-            delete_all()
-            _terminal(
-                st,
-                "Failed",
-                "DeadlineExceeded",
-                f"ran longer than spec.runPolicy.activeDeadlineSeconds "
-                f"({policy.active_deadline_seconds} s)",
-            )
-            return finish()
-        acts.requeue_after = -over
 
-    # Pods of an earlier gang generation that the index still shows alive (our delete has
-    # not reached the watch yet) must not be judged again: a failure counts once.
-    old_gang = [p for p in live if _generation(p) is not None and _generation(p) < restarts]  # type: ignore[operator]
-    if old_gang:
-        acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in old_gang))
-        live = [p for p in live if p not in old_gang]
-        if not live:
-            return finish(requeue=1.0)
+def _check_deadline(ctx: _Ctx) -> Actions | None:
+    """activeDeadlineSeconds runs from the first admission, across restarts."""
+    policy = ctx.job_spec.run_policy
+    started = parse_time(ctx.st.new.get("startTime"))
+    if not (policy.active_deadline_seconds and started):
+        return None
+    over = (ctx.now - started).total_seconds() - policy.active_deadline_seconds
+    if over < 0:
+        ctx.acts.requeue_after = -over
+        return None
+    ctx.delete_all()
+    _terminal(
+        ctx.st,
+        "Failed",
+        "DeadlineExceeded",
+        f"ran longer than spec.runPolicy.activeDeadlineSeconds ({policy.active_deadline_seconds} s)",
+    )
+    return ctx.finish()
 
-    if not live:
-        if deleting:
-            return finish(requeue=1.0)  # old gang still going away; names are reused
-        try:  # checked before each new gang only: a running gang keeps its class
-            check_priority_class(spec, priority_classes)
-        except InvalidJob as exc:
-            st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
-            return finish()
-        return _start_gang(
-            body, spec, st, acts, snapshot_for_planning, config, now, admission, restarts, finish
+
+def _check_old_gang(ctx: _Ctx) -> Actions | None:
+    """Pods of an earlier gang generation that the watch still shows alive (our delete has
+    not reached it yet) are only deleted, never judged again: a failure counts once."""
+    restarts = ctx.restarts
+    old = [p for p in ctx.live if (g := _generation(p)) is not None and g < restarts]
+    if not old:
+        return None
+    ctx.acts.delete_pods.extend(sorted(p["metadata"]["name"] for p in old))
+    ctx.live = [p for p in ctx.live if p not in old]
+    return None if ctx.live else ctx.finish(requeue=1.0)
+
+
+_CHECKS: tuple[Step, ...] = (_check_valid, _check_suspended, _check_deadline, _check_old_gang)
+
+
+# --- the phase handlers ------------------------------------------------------------------------
+def _on_terminal(ctx: _Ctx) -> Actions:
+    """Succeeded/Failed: free GPUs held by pods still running (PS, sidecars), then the TTL."""
+    ctx.acts.delete_pods.extend(
+        sorted(p["metadata"]["name"] for p in ctx.live if _phase(p) not in ("Succeeded", "Failed"))
+    )
+    ttl = ((ctx.body.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+    done = parse_time(ctx.st.new.get("completionTime"))
+    if ttl is None or done is None:
+        return ctx.finish()
+    left = (done + timedelta(seconds=int(ttl)) - ctx.now).total_seconds()
+    if left <= 0:
+        ctx.acts.delete_job = True
+        return ctx.finish()
+    return ctx.finish(requeue=left)
+
+
+def _on_restarting(ctx: _Ctx) -> Actions:
+    """Between two gangs: as waiting, but the restart backoff runs out first."""
+    return _on_waiting(ctx, backoff=True)
+
+
+def _on_waiting(ctx: _Ctx, backoff: bool = False) -> Actions:
+    """No live pods: queued until the admission verdict admits a gang, then create it."""
+    if ctx.deleting:
+        return ctx.finish(requeue=1.0)  # old gang still going away; names are reused
+    try:  # checked before each new gang only: a running gang keeps its class
+        check_priority_class(ctx.job_spec, ctx.priority_classes)
+    except InvalidJob as exc:
+        return ctx.invalid(exc)
+    last = parse_time(ctx.st.new.get("lastRestartTime"))
+    if backoff and last is not None:
+        wait = backoff_seconds(ctx.config, ctx.restarts) - (ctx.now - last).total_seconds()
+        if wait > 0:
+            return ctx.finish(requeue=wait)
+    return _start_gang(ctx)
+
+
+def _on_admitted(ctx: _Ctx) -> Actions:
+    """A gated gang: release it whole, or start over when it is incomplete or its node went."""
+    missing = _stray_and_missing(ctx)
+    gated = [p for p in ctx.live if _gated(p)]
+    if missing:
+        # A half-created gang (operator stopped mid-create): nothing ran yet, so
+        # start over rather than trust an old placement.
+        ctx.delete_all()
+        ctx.st.replan("Replanning", "gang was incomplete; re-planning")
+        return ctx.finish(requeue=1.0)
+    lost = _lost_nodes(gated, ctx.snapshot())
+    if lost:
+        ctx.delete_all()
+        ctx.st.replan("NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
+        return ctx.finish(requeue=1.0)
+    ctx.acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
+    for p in gated:
+        others = [
+            g
+            for g in (p.get("spec") or {}).get("schedulingGates") or []
+            if g.get("name") != c.SCHEDULING_GATE
+        ]
+        if others:
+            ctx.acts.keep_gates[p["metadata"]["name"]] = others
+    return ctx.finish(requeue=1.0)
+
+
+def _on_running(ctx: _Ctx) -> Actions:
+    """A released gang: success first, then failures, then what keeps it from running."""
+    missing = _stray_and_missing(ctx)
+    for step in (_succeeded, _failed):
+        done = step(ctx)
+        if done is not None:
+            return done
+    if missing:
+        ctx.delete_all()
+        ctx.st.enter(
+            "Restarting",
+            "PodMissing",
+            f"pod(s) {', '.join(sorted(missing))} disappeared; restarting the gang (not counted "
+            "against backoffLimit)",
+            warning=True,
         )
+        return ctx.finish(requeue=1.0)
+    for step in (_nodes_broken, _image_stuck):
+        done = step(ctx)
+        if done is not None:
+            return done
+    if all(_phase(p) in ("Running", "Succeeded") for p in ctx.live):
+        ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running")
+        return ctx.finish(requeue=5.0)
+    lost = _lost_nodes([p for p in ctx.live if _phase(p) == "Pending"], ctx.snapshot())
+    if lost:
+        ctx.delete_all()
+        ctx.st.enter(
+            "Restarting",
+            "NodeLost",
+            f"node(s) {', '.join(lost)} disappeared before the pods started; re-planning",
+        )
+        return ctx.finish(requeue=1.0)
+    return ctx.finish(requeue=2.0)
 
-    expected = expected_pod_names(name, spec)
-    have = {p["metadata"]["name"] for p in live}
-    stray = sorted(have - expected)
-    if stray:  # e.g. replicas lowered while running: not part of the gang any more
-        acts.delete_pods.extend(stray)
-    missing = expected - have
-    gated = [p for p in live if _gated(p)]
 
-    if gated:
-        if missing:
-            # A half-created gang (operator stopped mid-create): nothing ran yet, so
-            # start over rather than trust an old placement.
-            delete_all()
-            st.replan("Replanning", "gang was incomplete; re-planning")
-            return finish(requeue=1.0)
-        lost = _lost_nodes(gated, snapshot_for_planning())
-        if lost:
-            delete_all()
-            st.replan("NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
-            return finish(requeue=1.0)
-        acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
-        for p in gated:
-            others = [
-                g
-                for g in (p.get("spec") or {}).get("schedulingGates") or []
-                if g.get("name") != c.SCHEDULING_GATE
-            ]
-            if others:
-                acts.keep_gates[p["metadata"]["name"]] = others
-        return finish(requeue=1.0)
+_HANDLERS: dict[str, Callable[[_Ctx], Actions]] = {
+    "waiting": _on_waiting,
+    "restarting": _on_restarting,
+    "admitted": _on_admitted,
+    "running": _on_running,
+}
 
-    by_name = {p["metadata"]["name"]: p for p in live}
-    # Success first: a finished rank 0 with peers exiting is success, not failure.
+
+# --- steps of the running phase -------------------------------------------------------------
+def _stray_and_missing(ctx: _Ctx) -> set[str]:
+    """Delete pods no longer part of the gang (e.g. replicas lowered); return the missing."""
+    expected = expected_pod_names(ctx.name, ctx.job_spec)
+    have = {p["metadata"]["name"] for p in ctx.live}
+    ctx.acts.delete_pods.extend(sorted(have - expected))
+    return expected - have
+
+
+def _succeeded(ctx: _Ctx) -> Actions | None:
+    """A finished rank 0 with peers exiting is success, not failure: checked first."""
+    spec, policy = ctx.job_spec, ctx.job_spec.run_policy
+    by_name = {p["metadata"]["name"]: p for p in ctx.live}
     roles = success_roles(spec)
     if policy.success_policy == "RankZero":
         rank0 = [
             p
-            for p in live
+            for p in ctx.live
             if (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_RANK) == "0"
         ]
         succeeded = bool(rank0) and _phase(rank0[0]) == "Succeeded"
     else:
         needed = [
-            pod_name(name, role, i)
+            pod_name(ctx.name, role, i)
             for role in roles
             if role in spec.replica_specs
             for i in range(spec.replica_specs[role].replicas)
@@ -419,71 +558,59 @@ def reconcile(
         succeeded = bool(needed) and all(
             n in by_name and _phase(by_name[n]) == "Succeeded" for n in needed
         )
-    if succeeded:
-        acts.delete_pods.extend(
-            sorted(n for n, p in by_name.items() if _phase(p) not in ("Succeeded", "Failed"))
-        )
-        _terminal(
-            st,
-            "Succeeded",
-            "JobSucceeded",
-            f"{', '.join(roles)} pods completed (successPolicy {policy.success_policy})",
-        )
-        return finish()
-
-    failed = sorted((p for p in live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"])
-    if failed:  # every outcome drops the gang: restart it, or fail the job
-        delete_all()
-        _judge_failure(st, failed, policy, restarts)
-        return finish(requeue=1.0 if st.phase == "Restarting" else None)
-
-    if missing:
-        delete_all()
-        st.enter(
-            "Restarting",
-            "PodMissing",
-            f"pod(s) {', '.join(sorted(missing))} disappeared; restarting the gang (not counted "
-            "against backoffLimit)",
-            warning=True,
-        )
-        return finish(requeue=1.0)
-
-    bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
-    broken = (
-        _broken_nodes(bound, snapshot_for_planning(), now, config.node_lost_seconds)
-        if bound
-        else []
+    if not succeeded:
+        return None
+    ctx.acts.delete_pods.extend(
+        sorted(n for n, p in by_name.items() if _phase(p) not in ("Succeeded", "Failed"))
     )
-    if broken:
-        delete_all()
-        st.enter(
-            "Restarting",
-            "NodeLost",
-            f"{'; '.join(broken)}; restarting the whole gang elsewhere (not counted against "
-            "backoffLimit)",
-            warning=True,
-        )
-        return finish(requeue=1.0)
-    pulled = _image_pull(live, st, config, now)
-    if pulled is not None:
-        if pulled <= 0:  # never retried for ever: the image will not appear by itself
-            delete_all()
-            return finish()
-        acts.requeue_after = min(pulled, acts.requeue_after or pulled)
+    _terminal(
+        ctx.st,
+        "Succeeded",
+        "JobSucceeded",
+        f"{', '.join(roles)} pods completed (successPolicy {policy.success_policy})",
+    )
+    return ctx.finish()
 
-    if all(_phase(p) in ("Running", "Succeeded") for p in live):
-        st.enter("Running", "AllPodsRunning", f"{len(live)} pods running")
-        return finish(requeue=5.0)
-    lost = _lost_nodes([p for p in live if _phase(p) == "Pending"], snapshot_for_planning())
-    if lost:
-        delete_all()
-        st.enter(
-            "Restarting",
-            "NodeLost",
-            f"node(s) {', '.join(lost)} disappeared before the pods started; re-planning",
-        )
-        return finish(requeue=1.0)
-    return finish(requeue=2.0)
+
+def _failed(ctx: _Ctx) -> Actions | None:
+    """Every outcome of a failed pod drops the gang: restart it, or fail the job."""
+    failed = sorted(
+        (p for p in ctx.live if _phase(p) == "Failed"), key=lambda p: p["metadata"]["name"]
+    )
+    if not failed:
+        return None
+    ctx.delete_all()
+    _judge_failure(ctx.st, failed, ctx.job_spec.run_policy, ctx.restarts)
+    return ctx.finish(requeue=1.0 if ctx.st.phase == "Restarting" else None)
+
+
+def _nodes_broken(ctx: _Ctx) -> Actions | None:
+    bound = [p for p in ctx.live if (p.get("spec") or {}).get("nodeName")]
+    if not bound:
+        return None
+    broken = _broken_nodes(bound, ctx.snapshot(), ctx.now, ctx.config.node_lost_seconds)
+    if not broken:
+        return None
+    ctx.delete_all()
+    ctx.st.enter(
+        "Restarting",
+        "NodeLost",
+        f"{'; '.join(broken)}; restarting the whole gang elsewhere (not counted against "
+        "backoffLimit)",
+        warning=True,
+    )
+    return ctx.finish(requeue=1.0)
+
+
+def _image_stuck(ctx: _Ctx) -> Actions | None:
+    pulled = _image_pull(ctx.live, ctx.st, ctx.config, ctx.now)
+    if pulled is None:
+        return None
+    if pulled <= 0:  # never retried for ever: the image will not appear by itself
+        ctx.delete_all()
+        return ctx.finish()
+    ctx.acts.requeue_after = min(pulled, ctx.acts.requeue_after or pulled)
+    return None
 
 
 def _broken_nodes(
@@ -601,47 +728,36 @@ def backoff_seconds(config: OperatorConfig, restarts: int) -> float:
     )
 
 
-def _start_gang(
-    body: Mapping[str, Any],
-    spec: TrainingJobSpec,
-    st: _Status,
-    acts: Actions,
-    snapshot_for_planning: Callable[[], Snapshot],
-    config: OperatorConfig,
-    now: datetime,
-    admission: Admission,
-    restarts: int,
-    finish: Callable[..., Actions],
-) -> Actions:
-    last = parse_time(st.new.get("lastRestartTime"))
-    if st.phase == "Restarting" and last is not None:
-        wait = backoff_seconds(config, restarts) - (now - last).total_seconds()
-        if wait > 0:
-            return finish(requeue=wait)
+def _start_gang(ctx: _Ctx) -> Actions:
+    """Carry out the admission verdict: wait with its reason, or create the planned gang."""
+    st, admission = ctx.st, ctx.admission
     if admission.queue:  # the queue that admitted the job, or that it waits in
         st.new["queue"] = admission.queue
     if not admission.admitted and admission.reason == "Policy":
         # Tenant policy refuses the job as written: never silently altered, never queued.
         st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
-        return finish()
+        return ctx.finish()
     if not admission.admitted:
         # A broken queue is the tenant's to fix: the wait is loud (a Warning Event).
         loud = admission.reason == QUEUE_INVALID
         st.wait(admission.reason, admission.message, admission.position, warning=loud)
-        return finish(requeue=5.0)
+        return ctx.finish(requeue=5.0)
     try:
         result: Plan | Wait = admission.plan or plan_job(
-            body, snapshot_for_planning(), config, gang_generation=restarts
+            ctx.body, ctx.snapshot(), ctx.config, gang_generation=ctx.restarts
         )
     except InvalidJob as exc:
-        st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
-        return finish()
+        return ctx.invalid(exc)
     if isinstance(result, Wait):
         st.wait(result.reason, result.message, warning=result.reason == "Incompatible")
-        return finish(requeue=5.0)
-    assert isinstance(result, Plan)
-    acts.create.extend(result.objects)
-    acts.needs_ssh_secret = result.secret_name
+        return ctx.finish(requeue=5.0)
+    return _create_gang(ctx, result)
+
+
+def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
+    st = ctx.st
+    ctx.acts.create.extend(result.objects)
+    ctx.acts.needs_ssh_secret = result.secret_name
     if any(
         cd.get("type") == "Preempted" and cd.get("status") == "True" for cd in st.new["conditions"]
     ):
@@ -651,7 +767,7 @@ def _start_gang(
         st.new["compatibility"] = result.compatibility
     st.new["imageTried"] = list(result.image_tried)
     st.new["placement"] = result.placement_status()
-    st.new["startTime"] = st.new.get("startTime") or iso(now)
+    st.new["startTime"] = st.new.get("startTime") or iso(ctx.now)
     placement = result.placement_status()
     st.enter(
         "Admitted",
@@ -659,7 +775,7 @@ def _start_gang(
         f"{len(result.pods)} pods placed in {placement['level']} {placement['domain']} on "
         f"{', '.join(placement['nodes'])}; image {result.image.image}",
     )
-    return finish(requeue=1.0)
+    return ctx.finish(requeue=1.0)
 
 
 def rejected_status(
