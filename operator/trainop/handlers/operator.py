@@ -35,8 +35,8 @@ from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
-from trainop.planner import InvalidJob, OperatorConfig, check_semantics, job_ref, parse_spec
-from trainop.queueing.cluster import PassResult
+from trainop.planner import OperatorConfig, job_ref
+from trainop.queueing.cluster import PassResult, in_line
 from trainop.queueing.model import JobDecision
 from trainop.queueing.status import queue_statuses
 from trainop.reconcile import (
@@ -297,7 +297,7 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
         Runtime.state.decisions.pop(key, None)  # made for an older spec: decide again
         Runtime.state.forget(key)
     status = body.get("status") or {}
-    if not status.get("phase") and _in_line(body):
+    if not status.get("phase") and in_line(body, Runtime.state.priorities, current_config()):
         return None
     return Admission(
         admitted=False,
@@ -305,17 +305,6 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
         message=status.get("pendingMessage") or "waiting for the admission cycle",
         position=status.get("queuePosition"),
     )
-
-
-def _in_line(body: Mapping[str, Any]) -> bool:
-    """Whether the admission loop will decide this job (valid and not suspended); other
-    jobs are the reconcile's alone (Invalid, Suspended)."""
-    try:
-        spec = parse_spec(body)
-        check_semantics(spec)
-    except InvalidJob:
-        return False
-    return not spec.run_policy.suspend
 
 
 async def reconcile_job(key: Key) -> None:

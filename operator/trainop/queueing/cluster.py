@@ -61,6 +61,19 @@ def load_queues(
     return queues, broken
 
 
+def in_line(body: Mapping[str, Any], priorities: Mapping[str, int], config: OperatorConfig) -> bool:
+    """Whether a job without pods is the admission cycle's to decide: valid, not suspended,
+    its PriorityClass present. Any other job is the reconcile's alone (Invalid, Suspended);
+    the operator uses this to know which new jobs wait on a verdict."""
+    try:
+        spec = parse_spec(body)
+        check_semantics(spec, config)
+        check_names((body.get("metadata") or {}).get("name", ""), spec)
+    except InvalidJob:
+        return False
+    return not spec.run_policy.suspend and not _priority_missing(spec, priorities)
+
+
 def _priority_missing(spec: TrainingJobSpec, priorities: Mapping[str, int]) -> bool:
     try:
         check_priority_class(spec, priorities.keys())
