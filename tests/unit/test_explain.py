@@ -66,6 +66,8 @@ def test_invalid_queue_is_shouted() -> None:
     text = explain_text(job, [], [], queue)
     assert "Queue:      nlp (INVALID: spec.quotas[1].name: x)" in text
     assert "Waiting:    QueueInvalid" in text
+
+
 def test_image_compatibility_and_releases_tried() -> None:
     tried = [
         "NGC 26.07 (nvcr.io/nvidia/pytorch:26.07-py3) [Native]: NoFit: needs 2 x 8 GPUs",
