@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -206,34 +206,23 @@ def _deleted(event: kopf.RawEvent) -> bool:
     return event.get("type") == "DELETED"
 
 
-@kopf.on.event("nodes")
-def on_node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    if _deleted(event):
-        Runtime.state.remove_node(name)
+def _remover(remove: Callable[[ShellState, str], None]) -> Callable[..., None]:
+    def on_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+        if _deleted(event):
+            remove(Runtime.state, name)
+
+    return on_event
 
 
-@kopf.on.event(QUEUES)
-def on_queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    if _deleted(event):
-        Runtime.state.remove_queue(name)
-
-
-@kopf.on.event("namespaces")
-def on_namespace_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    if _deleted(event):
-        Runtime.state.remove_namespace(name)
-
-
-@kopf.on.event("priorityclasses.scheduling.k8s.io")
-def on_priority_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    if _deleted(event):
-        Runtime.state.remove_priority(name)
-
-
-@kopf.on.event("fabricprofiles.trainop.dev")
-def on_fabric_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    if _deleted(event):
-        Runtime.state.remove_fabric(name)
+# Cluster-scoped kinds whose deletion only needs to leave the state (upserts: the indexes).
+for _resource, _remove in (
+    ("nodes", ShellState.remove_node),
+    (QUEUES, ShellState.remove_queue),
+    ("namespaces", ShellState.remove_namespace),
+    ("priorityclasses.scheduling.k8s.io", ShellState.remove_priority),
+    ("fabricprofiles.trainop.dev", ShellState.remove_fabric),
+):
+    kopf.on.event(_resource, id=f"forget_{_resource.split('.')[0]}")(_remover(_remove))
 
 
 @kopf.on.event("pods")
