@@ -254,6 +254,54 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+class RunningWatch:
+    """Watches the pods of a namespace in a thread and records when each first ran, so the
+    measurement is one watch stream, not lists that load the apiserver it measures."""
+
+    def __init__(self, client: Client, ns: str, key: Callable[[Any], str]) -> None:
+        import threading
+
+        self.client, self.ns, self.key = client, ns, key
+        self.first_running: dict[str, float] = {}  # pod name -> monotonic time
+        self.pods_of: dict[str, set[str]] = {}  # key -> running pod names
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _seen(self, pod: Any) -> None:
+        if pod.status.phase != "Running":
+            return
+        self.first_running.setdefault(pod.metadata.name, time.monotonic())
+        self.pods_of.setdefault(self.key(pod), set()).add(pod.metadata.name)
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    listed = self.client.core.list_namespaced_pod(self.ns)
+                    for pod in listed.items:
+                        self._seen(pod)
+                    version = listed.metadata.resource_version
+                for event in watch.Watch().stream(
+                    self.client.core.list_namespaced_pod,
+                    self.ns,
+                    resource_version=version,
+                    timeout_seconds=5,
+                ):
+                    version = event["object"].metadata.resource_version
+                    self._seen(event["object"])
+                    if self._stop.is_set():
+                        return
+            except Exception:  # 410 Gone and the like: list again
+                version = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 def wait_running(
     client: Client,
     ns: str,
@@ -262,21 +310,19 @@ def wait_running(
     start: float,
     timeout: float,
 ) -> dict[str, float]:
-    """Gang name -> seconds from `start` until all its pods were Running (polled at 0.5 s)."""
+    """Gang name -> seconds from `start` until all its pods were Running."""
+    watcher = RunningWatch(client, ns, key)
     want = {g.name: g.replicas for g in gangs}
     done: dict[str, float] = {}
-    deadline = start + timeout
-    while len(done) < len(want) and time.monotonic() < deadline:
-        running: dict[str, int] = {}
-        for p in client.pods(ns):
-            if p.status.phase == "Running":
-                g = key(p)
-                running[g] = running.get(g, 0) + 1
-        now = time.monotonic() - start
-        for g, n in running.items():
-            if g in want and g not in done and n >= want[g]:
-                done[g] = now
-        time.sleep(0.5)
+    try:
+        while len(done) < len(want) and time.monotonic() < start + timeout:
+            for g, n in want.items():
+                pods = watcher.pods_of.get(g, set())
+                if g not in done and len(pods) >= n:
+                    done[g] = max(watcher.first_running[p] for p in pods) - start
+            time.sleep(0.2)
+    finally:
+        watcher.stop()
     return done
 
 
@@ -579,32 +625,26 @@ def replay(
         key=lambda e: (e[0], e[1]),
     )
     created: dict[str, float] = {}
-    running: dict[str, float] = {}
+    watcher = RunningWatch(client, ns, key)
     start = time.monotonic()
-    futures = []
-    for at, kind, p in events:
-        delay = start + at - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        if kind == 0:
-            created[p.name] = time.monotonic()
-            futures.append(client.pool.submit(make, p))
-        else:
-            futures.append(client.pool.submit(drop, p))
-        if len(futures) > 64:
-            futures = [f for f in futures if not f.done()]
-        if int(at * 2) != int((at - 0.001) * 2):  # every half second of trace time
-            for pod in client.pods(ns):
-                if pod.status.phase == "Running":
-                    name = key(pod)
-                    running.setdefault(name, time.monotonic())
-    deadline = time.monotonic() + tail
-    while time.monotonic() < deadline:
-        for pod in client.pods(ns):
-            if pod.status.phase == "Running":
-                running.setdefault(key(pod), time.monotonic())
-        time.sleep(0.5)
-    return {n: running[n] - created[n] for n in running if n in created}
+    try:
+        for at, kind, p in events:
+            delay = start + at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if kind == 0:
+                created[p.name] = time.monotonic()
+                client.pool.submit(make, p)
+            else:
+                client.pool.submit(drop, p)
+        time.sleep(tail)
+    finally:
+        watcher.stop()
+    out = {}
+    for name, pods_running in watcher.pods_of.items():
+        if name in created:
+            out[name] = min(watcher.first_running[q] for q in pods_running) - created[name]
+    return out
 
 
 def _trace_summary(policy: str, pods: list[TracePod], lat: dict[str, float]) -> dict[str, Any]:
