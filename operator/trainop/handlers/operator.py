@@ -375,6 +375,15 @@ def _describe(exc: Exception) -> str:
     return classify(exc).message
 
 
+def _counts_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A starting gang whose only change is its pod counts: not worth a write per pod (in a
+    burst that is most of the writes); the counts go out with the next real change."""
+    if new.get("phase") != "Admitted" or old.get("phase") != "Admitted":
+        return False
+    rest = {k: v for k, v in new.items() if k != "replicaStatuses"}
+    return rest == {k: v for k, v in old.items() if k != "replicaStatuses"}
+
+
 async def _write(what: str, call: Any, *args: Any) -> Any:
     """One API write in a worker thread; a failure names the object it was about."""
     try:
@@ -417,7 +426,7 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         )
     )
     old_status = body.get("status") or {}
-    if acts.status and acts.status != old_status:
+    if acts.status and acts.status != old_status and not _counts_only(old_status, acts.status):
         written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)
         if written is not None:
             state.record_written((ns, name), written)
