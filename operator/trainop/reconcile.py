@@ -694,12 +694,17 @@ def _image_pull(
     return left
 
 
+def _known_names(snapshot: Snapshot) -> set[str]:
+    """Every node name and hostname label (kept by the snapshot: nodes, not their use)."""
+    return {n.name for n in snapshot.nodes} | {
+        n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes
+    }
+
+
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:
     """Pinned nodes of still-pending pods that no longer exist in the cluster."""
     lost: set[str] = set()
-    known = {n.name for n in snapshot.nodes} | {
-        n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes
-    }
+    known: set[str] = snapshot.memo(("static", "node-names"), lambda: _known_names(snapshot))
     for pod in pods:
         terms = (((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
             "requiredDuringSchedulingIgnoredDuringExecution", {}

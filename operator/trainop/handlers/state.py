@@ -154,6 +154,8 @@ class ShellState:
     on_change: Callable[[], None] | None = None
     _snapshot: Snapshot | None = None
     _snapshot_revision: int = -1
+    node_revision: int = 0  # bumped when a node is added, changed or removed
+    _snapshot_nodes: int = -1
 
     # --- change tracking ---------------------------------------------------------------
     def touch(self) -> None:
@@ -185,6 +187,7 @@ class ShellState:
             return  # heartbeats and the like: nothing placement reads changed
         self.node_bodies[name] = slim
         self.nodes[name] = node_info(slim, levels=self.levels)
+        self.node_revision += 1
         hostname = slim["metadata"]["labels"].get(c.LABEL_HOSTNAME) or name
         self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
         self.hostnames.setdefault(hostname, name)
@@ -192,6 +195,7 @@ class ShellState:
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self.node_revision += 1
             self.node_bodies.pop(name, None)
             self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
             self.touch()
@@ -421,9 +425,12 @@ class ShellState:
             if n != info.gpus_used:
                 info = replace(info, gpus_used=n, gpus_free=max(0, info.gpus_allocatable - n))
             infos.append(info)
-        self._snapshot = Snapshot(nodes=tuple(infos), levels=self.levels)
-        self._snapshot_revision = self.revision
-        return self._snapshot
+        snapshot = Snapshot(nodes=tuple(infos), levels=self.levels)
+        if self._snapshot is not None and self._snapshot_nodes == self.node_revision:
+            snapshot.inherit_static(self._snapshot)  # same nodes, other usage
+        self._snapshot, self._snapshot_revision = snapshot, self.revision
+        self._snapshot_nodes = self.node_revision
+        return snapshot
 
 
 def _slim_job(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -204,6 +204,13 @@ class Snapshot:
             updated[name] = _with_used(node, node.gpus_used + gpus)
         return self._derived(updated)
 
+    def inherit_static(self, other: Snapshot) -> None:
+        """Take `other`'s "static" memo entries: for a snapshot of the same nodes (names,
+        labels, taints, allocatable) whose only difference is GPU usage."""
+        for key, value in other._memo.items():
+            if isinstance(key, tuple) and key and key[0] == "static":
+                self._memo.setdefault(key, value)
+
     def _derived(self, updated: dict[str, NodeInfo]) -> Snapshot:
         # Same nodes in the same (sorted) order with new usage: skip __post_init__'s sort.
         out = object.__new__(Snapshot)
@@ -212,9 +219,7 @@ class Snapshot:
         object.__setattr__(out, "_by_name", updated)
         object.__setattr__(out, "_domains", {})
         object.__setattr__(out, "_memo", {})
-        for key, value in self._memo.items():
-            if isinstance(key, tuple) and key and key[0] == "static":
-                out._memo[key] = value
+        out.inherit_static(self)
         return out
 
     def with_released(self, reservations: Reservations) -> Snapshot:
