@@ -419,12 +419,14 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         raise failed[0]
+    release = [p for p in acts.ungate if (ns, p) not in state.released]
     await asyncio.gather(
         *(
             _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))
-            for p in acts.ungate
+            for p in release
         )
     )
+    state.released.update((ns, p) for p in release)
     old_status = body.get("status") or {}
     if acts.status and acts.status != old_status and not _counts_only(old_status, acts.status):
         written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)

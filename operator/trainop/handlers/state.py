@@ -139,6 +139,9 @@ class ShellState:
     # Pods we created that the watch has not shown yet: the reconcile counts them as
     # present, so a gang seen half-way through the watch is never taken for a broken one.
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    # Pods we released (removed trainop's gate from) that the watch still shows gated: not
+    # released again by every reconcile until the watch catches up.
+    released: set[Key] = field(default_factory=set)
     decisions: dict[Key, Any] = field(default_factory=dict)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The error channel: transient failures in a row per job (for capped backoff), and the
@@ -208,6 +211,8 @@ class ShellState:
         old_gpus = self.pod_gpus.get(key)
         self.pods[key] = slim
         self.inflight.pop(key, None)
+        if key in self.released and not _gated(slim):
+            self.released.discard(key)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
             self.pods_of_job[(key[0], job)].add(key[1])
@@ -223,6 +228,7 @@ class ShellState:
     def remove_pod(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         slim = self.pods.pop(key, None)
+        self.released.discard(key)
         if slim is None:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
@@ -431,6 +437,11 @@ class ShellState:
         self._snapshot, self._snapshot_revision = snapshot, self.revision
         self._snapshot_nodes = self.node_revision
         return snapshot
+
+
+def _gated(pod: Mapping[str, Any]) -> bool:
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(g.get("name") == c.SCHEDULING_GATE for g in gates)
 
 
 def _slim_job(body: Mapping[str, Any]) -> dict[str, Any]:
