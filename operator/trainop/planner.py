@@ -109,7 +109,17 @@ class Plan:
             "nodes": list(p.nodes),
             "span": dict(p.span),
             "score": round(p.score, 4),
+            **_allreduce_status(p),
         }
+
+
+def _allreduce_status(p: Placement) -> dict[str, Any]:
+    if p.allreduce is None:
+        return {}
+    return {
+        "estimatedAllreduceSeconds": round(p.allreduce.seconds, 6),
+        "allreduceBottleneck": p.allreduce.level,
+    }
 
 
 def parse_spec(body: Mapping[str, Any]) -> TrainingJobSpec:
