@@ -13,6 +13,7 @@ The shape, every key optional:
     compatAffinity: true
     restartBackoffSeconds: 10
     restartBackoffMaxSeconds: 300
+    topologyWaitSeconds: 600     # default bound of topology-aware waiting (docs/placement-cost.md)
     externalQueue: none          # none | kueue (see docs/queues.md)
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
 
@@ -45,6 +46,7 @@ _KEYS = (
     "compatAffinity",
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
+    "topologyWaitSeconds",
     "externalQueue",
     "dra",
 )
@@ -137,6 +139,7 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
     for key, attr in (
         ("restartBackoffSeconds", "restart_backoff_seconds"),
         ("restartBackoffMaxSeconds", "restart_backoff_max_seconds"),
+        ("topologyWaitSeconds", "topology_wait_seconds"),
     ):
         if key in data:
             kwargs[attr] = _number(key, data[key])

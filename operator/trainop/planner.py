@@ -32,7 +32,7 @@ from trainop.dra import DraConfig, claim_template, use_claim
 from trainop.inventory import NodeInfo, Snapshot
 from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
-from trainop.placement import GangRequest, GroupRequest, NoFit, Placement, place
+from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement, place
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,14 @@ class OperatorConfig:
     # aside; trainop still places, wires and releases the pods. See docs/queues.md.
     external_queue: str = "none"
     dra: DraConfig = field(default_factory=DraConfig)
+    # Default bound of topology-aware waiting for queues that set no
+    # spec.topologyWaitSeconds (see queueing.topowait).
+    topology_wait_seconds: float = 600.0
+    # The fabric cost model over fabric_profiles (placement.cost), built once per config.
+    cost: FabricCost = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", FabricCost(self.fabric_profiles))
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
@@ -222,7 +230,11 @@ def _incompatible(
 
 
 def gang_request(
-    spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None
+    spec: TrainingJobSpec,
+    name: str,
+    node_filter: Any,
+    image: str | None,
+    cost: FabricCost | None = None,
 ) -> GangRequest:
     # Ranks run across GPU groups in group order: the framework's collective roles first
     # (in its order, e.g. Chief before Worker), then any other GPU role (an evaluator), so
@@ -244,6 +256,7 @@ def gang_request(
         gpu_products=tuple(spec.placement.gpu_products),
         node_filter=node_filter,
         image=image,
+        cost=cost,
     )
 
 
@@ -263,11 +276,28 @@ def plan_job(
     incompatible = _incompatible(spec, choice, snapshot, config)
     if incompatible:
         return incompatible
-    request = gang_request(spec, ref.name, _node_filter(spec, choice, config), choice.image)
+    request = gang_request(
+        spec, ref.name, _node_filter(spec, choice, config), choice.image, config.cost
+    )
     result = place(snapshot, request)
     if isinstance(result, NoFit):
         return Wait("NoFit", result.reason, tuple(result.details))
     return build_plan(ref, spec, choice, result, snapshot, config, gang_generation, gated)
+
+
+def ideal_placement(
+    body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
+) -> Placement | None:
+    """Where the gang would go alone on the fleet with every GPU free (the lower bound that
+    topology-aware waiting compares with); None when even then it does not fit."""
+    spec = parse_spec(body)
+    choice = resolve(spec, snapshot, config)
+    request = gang_request(
+        spec, job_ref(body).name, _node_filter(spec, choice, config), choice.image, config.cost
+    )
+    empty = snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes})
+    result = place(empty, request)
+    return result if isinstance(result, Placement) else None
 
 
 def build_plan(

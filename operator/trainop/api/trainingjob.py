@@ -310,7 +310,7 @@ class TrainingJobStatus(ApiModel):
         default=None, description="1-based position among pending jobs of its queue."
     )
     pending_reason: str | None = Field(
-        default=None, description="Quota | NoFit | Policy | Incompatible."
+        default=None, description="Quota | NoFit | Policy | Incompatible | Topology."
     )
     pending_message: str | None = Field(
         default=None, description="Why the job waits, in one sentence."

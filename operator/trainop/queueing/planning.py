@@ -13,7 +13,16 @@ from typing import Any
 
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job, resolve
+from trainop.placement import Placement
+from trainop.planner import (
+    InvalidJob,
+    OperatorConfig,
+    Plan,
+    Wait,
+    ideal_placement,
+    plan_job,
+    resolve,
+)
 from trainop.queueing.model import INCOMPATIBLE, Fit, QueuedJob, QueueState, Unfit
 from trainop.queueing.policy import Violation, check_policy
 
@@ -31,9 +40,10 @@ def with_products(body: Mapping[str, Any], products: tuple[str, ...]) -> dict[st
     return out
 
 
-def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
-    """A planner Plan as admission's Fit (the Plan rides along as `placement`)."""
-    p = plan.placement
+def fit_of(plan: Plan | Placement, snapshot: Snapshot, ideal: Placement | None = None) -> Fit:
+    """A planner Plan (or a bare Placement) as admission's Fit (the Plan rides along as
+    `placement`); `ideal`: the gang's placement on an empty fleet (topology-aware waiting)."""
+    p = plan.placement if isinstance(plan, Plan) else plan
     product = None
     for name in p.nodes:
         node = snapshot.get(name)
@@ -45,7 +55,14 @@ def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
         gpus_by_node=tuple(sorted(p.gpus_by_node().items())),
         product=product,
         nodes=p.nodes,
+        allreduce=p.allreduce,
+        ideal=ideal.allreduce if ideal is not None else None,
     )
+
+
+def fleet_key(snapshot: Snapshot) -> tuple[tuple[str, int, bool], ...]:
+    """What an ideal placement depends on: the nodes, their GPUs and schedulability."""
+    return tuple((n.name, n.gpus_allocatable, n.schedulable) for n in snapshot.nodes)
 
 
 class PlannerPlacer:
@@ -54,6 +71,18 @@ class PlannerPlacer:
     def __init__(self, bodies: Mapping[str, Mapping[str, Any]], config: OperatorConfig) -> None:
         self.bodies = bodies
         self.config = config
+        self._ideal: dict[tuple[Any, ...], Placement | None] = {}
+
+    def ideal(self, key: str, body: Mapping[str, Any], snapshot: Snapshot) -> Placement | None:
+        """The gang alone on the empty fleet, for Preferred gangs only (cached)."""
+        placement = (body.get("spec") or {}).get("placement") or {}
+        if placement.get("mode", "Preferred") != "Preferred":
+            return None
+        products = tuple(placement.get("gpuProducts") or ())
+        cache_key = (key, products, fleet_key(snapshot))
+        if cache_key not in self._ideal:
+            self._ideal[cache_key] = ideal_placement(body, snapshot, self.config)
+        return self._ideal[cache_key]
 
     def __call__(
         self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
@@ -72,7 +101,10 @@ class PlannerPlacer:
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")
         if isinstance(result, Wait):
             return Unfit(result.reason, result.message)
-        return fit_of(result, snapshot)
+        ideal = None
+        if len(result.placement.nodes) > 1:
+            ideal = self.ideal(job.key, body, snapshot)
+        return fit_of(result, snapshot, ideal)
 
 
 def job_policy(
