@@ -104,10 +104,10 @@ def topology_wait(
         if end > deadline and other.expected_end is not None:
             continue
         for name, gpus in other.nodes:
-            node = snapshot.get(name)
-            if node is None or (fit.product and node.gpu.product != fit.product):
+            held = snapshot.get(name)
+            if held is None or (fit.product and held.gpu.product != fit.product):
                 continue
-            domain = _domain_of(node, level, keys)
+            domain = _domain_of(held, level, keys)
             if domain is not None:
                 releases[domain].append((max(end, now), gpus))
     best = _most_promising(job.gpus, free, releases)
