@@ -401,6 +401,15 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
             tuple(details),
         )
 
+    if len(gang.reps) == 1:
+        # One pod: the node tier's best fit, found without building the tree (same order:
+        # fewest GPUs left over, holding the image, then topology path and name).
+        best = min(
+            (n for n in eligible if n.gpus_free >= gang.total),
+            key=lambda n: (n.gpus_free, not n.has_image(request.image), n.topology, n.name),
+        )
+        return _placement(snapshot, request, gang, [(gang.reps[0], best)], NODE, best.topology, "")
+
     names = level_names(snapshot.levels)
     tree = _Tree([n for n in eligible if n.gpus_free > 0], request.image, names)
     tiers = [NODE, CLIQUE]
