@@ -143,3 +143,21 @@ def test_operator_default_bound_applies_without_queue_setting() -> None:
     jobs = [running("ns/a", "n-b0-r0-0", NOW + 60), running("ns/b", "n-b0-r1-0", None), GANG]
     d = admit(NOW, [q], jobs, SNAP, Placer(), topology_wait_seconds=0.0)
     assert d["ns/gang"].action == "Admit"
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        pytest.param({}, None, id="unset-operator-default"),
+        pytest.param({"topologyWaitSeconds": 0}, 0.0, id="zero-disables"),
+        pytest.param({"topologyWaitSeconds": 900}, 900.0, id="set"),
+    ],
+)  # fmt: skip
+def test_queue_spec_field(spec: dict[str, Any], expected: float | None) -> None:
+    q = QueueState.from_resource({"metadata": {"name": "q"}, "spec": spec})
+    assert q.topology_wait_seconds == expected
+
+
+def test_queue_spec_field_refuses_negative() -> None:
+    with pytest.raises(ValueError, match="spec.topologyWaitSeconds"):
+        QueueState.from_resource({"metadata": {"name": "q"}, "spec": {"topologyWaitSeconds": -1}})
