@@ -159,5 +159,5 @@ def test_queue_spec_field(spec: dict[str, Any], expected: float | None) -> None:
 
 
 def test_queue_spec_field_refuses_negative() -> None:
-    with pytest.raises(ValueError, match="spec.topologyWaitSeconds"):
+    with pytest.raises(ValueError, match=r"spec\.topologyWaitSeconds"):
         QueueState.from_resource({"metadata": {"name": "q"}, "spec": {"topologyWaitSeconds": -1}})
