@@ -3,7 +3,7 @@
 Every run is `trainop.queueing.simulate` (the event loop, `admit` with its topology-aware
 waiting, the placement engine and the fabric cost model the operator uses) with the policy's
 placer plugged in (bench/placement/policies.py). trainop runs with the operator default
-topologyWaitSeconds (600 s); the baselines run with waiting off. Job durations are their
+topologyWaitSeconds (1800 s); the baselines run with waiting off. Job durations are their
 durations at the ideal placement and stretch with the placement's estimated allreduce time
 for COMM_SHARE of a step (see queueing.simulate): an assumption, stated in placement.md.
 
@@ -61,8 +61,15 @@ def _workloads(smoke: bool) -> list[Workload]:
     return out
 
 
+# trainop with other topologyWaitSeconds, on the synthetic and spot workloads: what waiting
+# adds to placement alone (0) and what a longer bound buys.
+VARIANTS = {"trainop-wait0": 0.0, "trainop-wait3600": 3600.0}
+
+
 def run_one(fleet: fleets.Fleet, jobs: list[dict[str, Any]], name: str, fn: Any) -> dict[str, Any]:
-    wait = OperatorConfig().topology_wait_seconds if name == "trainop" else 0.0
+    wait = VARIANTS.get(name, 0.0)
+    if name == "trainop":
+        wait = OperatorConfig().topology_wait_seconds
     config = OperatorConfig(topology_wait_seconds=wait)
     t0 = time.perf_counter()
     result = simulate(
@@ -92,10 +99,13 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
         snapshot = build_snapshot(list(fleet.nodes))
         lower = lower_bound(jobs, snapshot, config.cost)
         row: dict[str, Any] = {"load": load, "fleet": fleet.name, "jobs": len(jobs)}
-        for name, fn in policies(config.cost, SEED).items():
+        runs = policies(config.cost, SEED)
+        if not label.startswith("b-"):
+            runs.update(dict.fromkeys(VARIANTS, runs["trainop"]))
+        for name, fn in runs.items():
             out = run_one(fleet, jobs, name, fn)
             row[name] = {**measure(out["result"], fleet, jobs, lower), "wall_s": out["wall_s"]}
-            log(f"{label:18} {name:9} {out['wall_s']:7.1f}s  {_brief(row[name])}")
+            log(f"{label:18} {name:16} {out['wall_s']:7.1f}s  {_brief(row[name])}")
         row["lower-bound"] = measure_lower_bound(fleet, jobs, lower)
         report["workloads"][label] = row
     report["meta"]["wall_s"] = round(time.perf_counter() - started, 1)

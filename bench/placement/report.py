@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 POLICIES = ("trainop", "spread", "first-fit", "random", "lower-bound")
+VARIANTS = ("trainop-wait0", "trainop-wait3600")
 BASELINES = ("spread", "first-fit", "random")
 COLUMNS = (
     ("allreduce_ms_mean", "allreduce ms mean"),
@@ -32,7 +33,9 @@ def table(report: dict[str, Any]) -> list[str]:
     head = "| workload | policy | " + " | ".join(t for _, t in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
     for label, row in report["workloads"].items():
-        for policy in POLICIES:
+        for policy in (*POLICIES, *VARIANTS):
+            if policy not in row:
+                continue
             m = row[policy]
             cells = " | ".join(_cell(m.get(k)) for k, _ in COLUMNS)
             lines.append(f"| {label} | {policy} | {cells} |")
@@ -117,7 +120,9 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
             (axes[1], "wait_s_mean", "queue wait, mean s"),
             (axes[2], "gpu_utilisation", "GPU utilisation"),
         ):
-            for policy in POLICIES:
+            for policy in (*POLICIES, *VARIANTS):
+                if any(policy not in r for _, r in rows):
+                    continue
                 ys = [r[policy][key] for _, r in rows]
                 if any(y is None for y in ys):
                     continue

@@ -13,7 +13,7 @@ The shape, every key optional:
     compatAffinity: true
     restartBackoffSeconds: 10
     restartBackoffMaxSeconds: 300
-    topologyWaitSeconds: 600     # default bound of topology-aware waiting (docs/placement-cost.md)
+    topologyWaitSeconds: 1800    # default bound of topology-aware waiting (docs/placement-cost.md)
     externalQueue: none          # none | kueue (see docs/queues.md)
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
 

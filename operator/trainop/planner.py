@@ -52,7 +52,7 @@ class OperatorConfig:
     dra: DraConfig = field(default_factory=DraConfig)
     # Default bound of topology-aware waiting for queues that set no
     # spec.topologyWaitSeconds (see queueing.topowait).
-    topology_wait_seconds: float = 600.0
+    topology_wait_seconds: float = 1800.0
     # The fabric cost model over fabric_profiles (placement.cost), built once per config.
     cost: FabricCost = field(init=False, repr=False, compare=False)
 

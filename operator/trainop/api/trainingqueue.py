@@ -108,7 +108,7 @@ class TrainingQueueSpec(ApiModel):
         "ideal domain waits for that domain to free up, scaled down by how much the spread "
         "placement would cost (estimated allreduce time); never while a good domain is free, "
         "and never past this bound. 0 disables; empty: the operator's topologyWaitSeconds "
-        "(600).",
+        "(1800).",
     )
     preemption: Preemption = Field(
         default_factory=Preemption,

@@ -193,7 +193,7 @@ class _Pass:
         jobs: Sequence[QueuedJob],
         snapshot: Snapshot,
         place: Placer,
-        topology_wait_seconds: float = 600.0,
+        topology_wait_seconds: float = 1800.0,
     ) -> None:
         self.now = now
         self.topology_wait_seconds = topology_wait_seconds
@@ -703,7 +703,7 @@ def admit(
     snapshot: Snapshot,
     try_place: Placer,
     *,
-    topology_wait_seconds: float = 600.0,
+    topology_wait_seconds: float = 1800.0,
 ) -> Decisions:
     """Decide which pending jobs are admitted now, which wait and why, and who is preempted.
 
