@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility bench-placement clean chart-lint
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -64,7 +64,7 @@ demo-down: install
 	  [ -f $$pid ] && kill $$(cat $$pid) 2>/dev/null; rm -f $$pid
 	$(TRAINOP) cluster down
 
-bench: install
+bench: install bench-placement
 	$(PY) bench/run.py
 
 # The operator against bare pods on a 1,000-node fake fleet (burst) and a 2,000-node deep
@@ -74,6 +74,11 @@ bench-scale: install build-binaries
 
 bench-eligibility: install
 	$(PY) bench/eligibility.py
+
+# Placement policies x workloads through the simulator's admission cycle (bench/placement);
+# writes bench/results/placement.{json,md} and placement-*.png (~10 min on 2 busy cores).
+bench-placement: install
+	$(PY) -m bench.placement
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -7,7 +7,8 @@ Workload: a synthetic fleet (blocks x racks x 8-GPU nodes) is filled by a stream
     only counts free GPUs does).
 Measured per policy: placement latency (median, p99), racks spanned per gang (mean), the
 share of multi-node gangs kept inside one rack, and gangs rejected while GPUs were free.
-Writes bench/results/placement.json and bench/results/placement.png. Numbers, not
+Writes bench/results/placement-latency.json and placement-latency.png (`make bench-placement`
+writes placement.json). Numbers, not
 assertions: nothing here fails a build.
 """
 
@@ -125,7 +126,7 @@ def main() -> int:
             "first-fit baseline": run(first_fit, nodes, arrivals),
         }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "placement.json").write_text(json.dumps(report, indent=2))
+    (RESULTS / "placement-latency.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     try:
         import matplotlib
@@ -153,8 +154,8 @@ def main() -> int:
         ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "placement.png", dpi=110)
-    print(f"wrote {RESULTS / 'placement.json'} and placement.png")
+    fig.savefig(RESULTS / "placement-latency.png", dpi=110)
+    print(f"wrote {RESULTS / 'placement-latency.json'} and placement-latency.png")
     return 0
 
 

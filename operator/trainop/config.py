@@ -13,6 +13,7 @@ The shape, every key optional:
     compatAffinity: true
     restartBackoffSeconds: 10
     restartBackoffMaxSeconds: 300
+    topologyWaitSeconds: 1800    # default bound of topology-aware waiting (docs/placement-cost.md)
     externalQueue: none          # none | kueue (see docs/queues.md)
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
     compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
@@ -49,6 +50,7 @@ _KEYS = (
     "restartBackoffSeconds",
     "restartBackoffMaxSeconds",
     "imagePullGraceSeconds",
+    "topologyWaitSeconds",
     "externalQueue",
     "dra",
     "compatibilityModes",
@@ -144,6 +146,7 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
         ("restartBackoffSeconds", "restart_backoff_seconds"),
         ("restartBackoffMaxSeconds", "restart_backoff_max_seconds"),
         ("imagePullGraceSeconds", "image_pull_grace_seconds"),
+        ("topologyWaitSeconds", "topology_wait_seconds"),
     ):
         if key in data:
             kwargs[attr] = _number(key, data[key])

@@ -71,6 +71,12 @@ def explain_text(
         lines.append(f"Placement:  {placement.get('level')} {placement.get('domain')}  "
                      f"span={placement.get('span')}  score={placement.get('score')}")  # fmt: skip
         lines.append(f"  nodes (rank order): {', '.join(placement.get('nodes') or [])}")
+        seconds = placement.get("estimatedAllreduceSeconds")
+        if seconds is not None:
+            lines.append(
+                f"  est. allreduce of 1 GiB: {seconds * 1000:.1f} ms "
+                f"(widest link: {placement.get('allreduceBottleneck') or '-'})"
+            )
     if status.get("restartCount"):
         lines.append(f"Restarts:   {status['restartCount']} (backoffLimit "
                      f"{spec.get('runPolicy', {}).get('backoffLimit', 3)})")  # fmt: skip

@@ -40,7 +40,7 @@ from trainop.eligibility import (
 from trainop.inventory import NodeInfo, Snapshot
 from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
-from trainop.placement import GangRequest, GroupRequest, NoFit, Placement
+from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,14 @@ class OperatorConfig:
     # catalog facts may be chosen at all (they are always tried after confirmed ones).
     compatibility_modes: frozenset[str] = ALL_MODES
     allow_unconfirmed_releases: bool = True
+    # Default bound of topology-aware waiting for queues that set no
+    # spec.topologyWaitSeconds (see queueing.topowait).
+    topology_wait_seconds: float = 1800.0
+    # The fabric cost model over fabric_profiles (placement.cost), built once per config.
+    cost: FabricCost = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", FabricCost(self.fabric_profiles))
 
 
 EXTERNAL_QUEUES = ("none", "kueue")
@@ -143,7 +151,17 @@ class Plan:
             "nodes": list(p.nodes),
             "span": dict(p.span),
             "score": round(p.score, 4),
+            **_allreduce_status(p),
         }
+
+
+def _allreduce_status(p: Placement) -> dict[str, Any]:
+    if p.allreduce is None:
+        return {}
+    return {
+        "estimatedAllreduceSeconds": round(p.allreduce.seconds, 6),
+        "allreduceBottleneck": p.allreduce.level,
+    }
 
 
 def parse_spec(body: Mapping[str, Any]) -> TrainingJobSpec:
@@ -282,7 +300,7 @@ def choose_gang(
         config.catalog,
         candidates(spec, config),
         snapshot,
-        lambda node_filter, image: gang_request(spec, name, node_filter, image),
+        lambda node_filter, image: gang_request(spec, name, node_filter, image, cost=config.cost),
         options=ChoiceOptions(
             modes=frozenset(config.compatibility_modes),
             allow_unconfirmed=config.allow_unconfirmed_releases,
@@ -295,7 +313,12 @@ def choose_gang(
 
 
 def gang_request(
-    spec: TrainingJobSpec, name: str, node_filter: Any, image: str | None, filter_key: Any = None
+    spec: TrainingJobSpec,
+    name: str,
+    node_filter: Any,
+    image: str | None,
+    filter_key: Any = None,
+    cost: FabricCost | None = None,
 ) -> GangRequest:
     # Ranks run across GPU groups in group order: the framework's collective roles first
     # (in its order, e.g. Chief before Worker), then any other GPU role (an evaluator), so
@@ -318,6 +341,7 @@ def gang_request(
         node_filter=node_filter,
         image=image,
         filter_key=filter_key,
+        cost=cost,
     )
 
 
@@ -352,6 +376,20 @@ def plan_job(
         image_tried=brief(chosen.tried),
         gpu_resource=chosen.gpu_resource,
     )
+
+
+def ideal_placement(
+    body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
+) -> Placement | None:
+    """Where the gang would go alone on the fleet with every GPU free (the lower bound that
+    topology-aware waiting compares with); None when even then it does not fit."""
+    spec = parse_spec(body)
+    empty = snapshot.memo(  # depends on the nodes only: kept across usage changes
+        ("static", "empty"),
+        lambda: snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes}),
+    )
+    chosen = choose_gang(spec, job_ref(body).name, empty, config)
+    return chosen.result if isinstance(chosen.result, Placement) else None
 
 
 def build_plan(

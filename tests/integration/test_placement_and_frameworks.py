@@ -103,6 +103,10 @@ def test_four_by_eight_lands_in_one_rack_and_is_released_together(
         assert "IPC_LOCK" in main["securityContext"]["capabilities"]["add"]
         assert main["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
         assert _env(p)["NCCL_IB_HCA"].startswith("=")
+    # The cost model's estimate survives the CRD's structural schema.
+    placement = kube.get("trainingjob", "four", "-n", namespace)["status"]["placement"]
+    assert placement["allreduceBottleneck"] == "rack"
+    assert 0 < placement["estimatedAllreduceSeconds"] < 0.1
 
 
 def test_tensorflow_tf_config_is_consistent(kube: Kube, namespace: str) -> None:

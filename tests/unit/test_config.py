@@ -44,6 +44,7 @@ def test_every_key(tmp_path: Path) -> None:
         "restartBackoffSeconds": 5,
         "restartBackoffMaxSeconds": 60.5,
         "imagePullGraceSeconds": 30,
+        "topologyWaitSeconds": 120,
     }  # fmt: skip
     cfg = load_operator_config(write(tmp_path, data))
     assert cfg.topology_levels == ("example.com/zone", c.LABEL_RACK, c.LABEL_HOSTNAME)
@@ -55,6 +56,8 @@ def test_every_key(tmp_path: Path) -> None:
     assert cfg.compat_affinity is False
     assert (cfg.restart_backoff_seconds, cfg.restart_backoff_max_seconds) == (5.0, 60.5)
     assert cfg.image_pull_grace_seconds == 30.0
+    assert cfg.topology_wait_seconds == 120.0
+    assert cfg.cost.profiles == cfg.fabric_profiles  # the cost model prices these fabrics
 
 
 @pytest.mark.parametrize(
@@ -87,6 +90,7 @@ def test_every_key(tmp_path: Path) -> None:
         pytest.param({"compatAffinity": "yes"}, r"^compatAffinity: must be true or false", id="bool"),
         pytest.param({"restartBackoffSeconds": -1}, r"^restartBackoffSeconds: ", id="negative"),
         pytest.param({"restartBackoffMaxSeconds": True}, r"^restartBackoffMaxSeconds: ", id="b"),
+        pytest.param({"topologyWaitSeconds": -5}, r"^topologyWaitSeconds: ", id="wait-negative"),
     ],
 )  # fmt: skip
 def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:

@@ -31,7 +31,9 @@ def test_running_job_shows_placement_pods_and_events() -> None:
     job = {**JOB, "status": {"phase": "Running", "gpus": 16, "image": "nvcr.io/nvidia/pytorch:24.07-py3",
                              "restartCount": 1,
                              "placement": {"level": "rack", "domain": "block-a/rack-h100-a",
-                                           "nodes": ["h100-a-01", "h100-a-02"], "span": {"rack": 1}, "score": 1.0},
+                                           "nodes": ["h100-a-01", "h100-a-02"], "span": {"rack": 1}, "score": 1.0,
+                                           "estimatedAllreduceSeconds": 0.005441,
+                                           "allreduceBottleneck": "rack"},
                              "conditions": [{"type": "Running", "status": "True", "reason": "AllPodsRunning"}]}}  # fmt: skip
     pods = [{"metadata": {"name": "bert-worker-0", "labels": {"trainop.dev/rank": "0"}},
              "spec": {"nodeName": "h100-a-01"}, "status": {"phase": "Running"}}]  # fmt: skip
@@ -45,6 +47,7 @@ def test_running_job_shows_placement_pods_and_events() -> None:
     assert "GangPlaced" in text
     assert "Restarts:   1 (backoffLimit 3)" in text
     assert "Queue:      nlp (not found)" in text
+    assert "est. allreduce of 1 GiB: 5.4 ms (widest link: rack)" in text
 
 
 def test_the_admitting_queue_comes_from_status() -> None:

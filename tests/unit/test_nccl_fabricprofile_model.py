@@ -26,6 +26,12 @@ CAMEL_BODY: dict[str, Any] = {
     "extraEnv": {"NCCL_IB_TIMEOUT": "22"},
     "debugEnv": {"NCCL_ALGO": "Ring"},
     "shmSize": "32Gi",
+    "bandwidth": {
+        "nvlinkGbps": 370.0,
+        "networkGbpsPerGpu": 50.0,
+        "spineOversubscription": 1.0,
+        "blockOversubscription": 2.0,
+    },
     "multusNetworks": "roce-net",
 }
 

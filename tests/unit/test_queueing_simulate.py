@@ -13,6 +13,7 @@ from tests.unit.jobs import EXAMPLES, FLEET_NODES, Job, fleet_nodes
 from trainop.api import constants as c
 from trainop.cli.main import cli
 from trainop.cli.simulate import compress_nodes
+from trainop.planner import OperatorConfig
 from trainop.queueing import SimInputError, SimResult, simulate
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -316,3 +317,37 @@ def test_template_node_selector_is_named_in_the_wait() -> None:
     assert notes, "the job never ran, so it must have waited"
     assert any("excluded by the Worker template's nodeSelector pool=nowhere" in w.message
                for w in notes), notes  # fmt: skip
+
+
+def test_spread_gang_waits_for_a_rack_then_takes_it() -> None:
+    """a and b fill rack h100-a, c holds 2 nodes of h100-b until t=200. d (8 x 8) fits once
+    a ends (t=100) but only across both racks (allreduce ~1.9x its one-rack ideal), so it
+    waits (Topology) for rack h100-b, which frees up within its bound, and runs there."""
+    jobs = [
+        tj("ns/a", 0, 100, 32),
+        tj("ns/b", 0, 1000, 32),
+        tj("ns/c", 0, 200, 16),
+        tj("ns/d", 10, 50, 64),
+    ]
+    result = simulate(h100_nodes(16), [], jobs)
+    d = result.job("ns/d")
+    assert "Topology" in d.wait_reasons, d.waits
+    assert d.first_admitted == 200
+    assert all(n.startswith("h100-b-") for n in d.nodes)
+    run = d.runs[-1]
+    assert run.allreduce_seconds == pytest.approx(run.ideal_allreduce_seconds)
+
+
+def test_waiting_off_takes_the_spread_placement() -> None:
+    jobs = [
+        tj("ns/a", 0, 100, 32),
+        tj("ns/b", 0, 1000, 32),
+        tj("ns/c", 0, 200, 16),
+        tj("ns/d", 10, 50, 64),
+    ]
+    config = OperatorConfig(topology_wait_seconds=0)
+    d = simulate(h100_nodes(16), [], jobs, config=config).job("ns/d")
+    assert d.first_admitted == 100  # as soon as it fits, across both racks
+    run = d.runs[-1]
+    assert run.allreduce_seconds is not None and run.ideal_allreduce_seconds is not None
+    assert run.allreduce_seconds > 1.5 * run.ideal_allreduce_seconds

@@ -892,6 +892,8 @@ def test_new_job_gets_a_gated_pinned_gang_and_a_headless_service() -> None:
         "nodes": [A100_1, A100_2],
         "span": {"node": 2, "clique": 0, "rack": 1, "block": 1},
         "score": 1.0,
+        "estimatedAllreduceSeconds": 0.010066,  # 2 x 8 A100: ring at 8 x 25 GB/s of NICs
+        "allreduceBottleneck": "rack",
     }
     assert st["image"] == IMAGE
     assert st["startTime"] == iso(NOW)

@@ -48,6 +48,44 @@ def _check_env_names(env: dict[str, str], field: str) -> None:
             raise ValueError(f"{field}: {name!r} is not a valid environment variable name")
 
 
+class FabricBandwidth(_Model):
+    """Bandwidth facts for the placement cost model (`trainop.placement.cost`); unset fields
+    take the defaults of the node's GPU class documented there."""
+
+    nvlink_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Allreduce bus bandwidth per GPU inside one node (NVLink/NVSwitch, or PCIe on "
+            "boards without NVLink), in GB/s, e.g. 370 for 8x H100 SXM."
+        ),
+    )
+    network_gbps_per_gpu: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Network bandwidth per GPU between nodes of one rack (leaf switch), in GB/s: the "
+            "node's compute NIC bandwidth divided by its GPUs, e.g. 50 for 8x 400 Gb/s NDR."
+        ),
+    )
+    spine_oversubscription: float | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "How much slower a path between racks of one block is than within a rack "
+            "(spine oversubscription, 1 for a non-blocking fat tree). Default 2."
+        ),
+    )
+    block_oversubscription: float | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "How much slower a path between blocks is than within a rack (oversubscribed "
+            "links between blocks). Default 4."
+        ),
+    )
+
+
 class FabricProfileSpec(_Model):
     """How pods on the selected nodes reach each other with NCCL."""
 
@@ -170,6 +208,14 @@ class FabricProfileSpec(_Model):
             "attaching a secondary network, e.g. 'roce-net' or 'ns/net1,ns/net2'. RoCE needs an "
             "interface with an IP address in the pod for its GIDs; a TCP profile may use one "
             "for a faster data network (then name it in socketIfname)."
+        ),
+    )
+
+    bandwidth: FabricBandwidth | None = Field(
+        default=None,
+        description=(
+            "Bandwidths the placement cost model uses for these nodes (estimated allreduce "
+            "time in status.placement); unset: defaults of the GPU class."
         ),
     )
 

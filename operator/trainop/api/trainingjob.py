@@ -325,6 +325,16 @@ class PlacementStatus(ApiModel):
         default_factory=dict, description="Distinct nodes/racks/blocks used."
     )
     score: float | None = Field(default=None, description="Placement score (lower is better).")
+    estimated_allreduce_seconds: float | None = Field(
+        default=None,
+        description="The fabric cost model's estimate of one 1 GiB allreduce over the gang's "
+        "GPUs on these nodes, in seconds (see docs/placement-cost.md).",
+    )
+    allreduce_bottleneck: str | None = Field(
+        default=None,
+        description="The widest link that allreduce crosses: node | clique | rack | block | "
+        "cluster.",
+    )
 
 
 class FailureStatus(ApiModel):
@@ -362,7 +372,7 @@ class TrainingJobStatus(ApiModel):
         default=None, description="1-based position among pending jobs of its queue."
     )
     pending_reason: str | None = Field(
-        default=None, description="Quota | NoFit | Policy | Incompatible | QueueInvalid."
+        default=None, description="Quota | NoFit | Policy | Incompatible | QueueInvalid | Topology."
     )
     pending_message: str | None = Field(
         default=None, description="Why the job waits, in one sentence."

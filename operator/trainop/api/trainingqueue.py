@@ -149,6 +149,15 @@ class TrainingQueueSpec(ApiModel):
         description="After the head job waited this long, smaller jobs may no longer jump it: "
         "capacity is held for it.",
     )
+    topology_wait_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        description="Longest time a Preferred gang that would now be spread well beyond its "
+        "ideal domain waits for that domain to free up, scaled down by how much the spread "
+        "placement would cost (estimated allreduce time); never while a good domain is free, "
+        "and never past this bound. 0 disables; empty: the operator's topologyWaitSeconds "
+        "(1800).",
+    )
     preemption: Preemption = Field(
         default_factory=Preemption,
         description="Preemption policy.",

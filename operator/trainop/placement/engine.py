@@ -30,6 +30,14 @@ Score (lower is better): sum over levels of weight x (domains used - 1), with we
 clique 10, rack 100, block 1000 (levels above block 10000), plus a fragmentation term in [0, 1):
 the GPUs left free on the nodes the gang uses divided by (those + the gang's GPUs). Span
 dominates; fragmentation breaks ties between placements of equal span.
+
+Cost. Every Placement carries the fabric cost model's estimate of a 1 GiB allreduce
+(placement.cost). When a Preferred gang is spread beyond its topology and the candidate
+domains of the level hold different GPU products (so different NVLink and NIC bandwidths),
+the first few that pack are priced and the cheapest is taken, ties to best-fit order. Within
+the requested topology, and on a homogeneous fleet, best fit alone decides (a faster product
+is not taken from jobs that need it just because it is free). Admission's topology-aware
+waiting (queueing.topowait) compares the estimate with the gang's ideal placement.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from collections.abc import Sequence
 
 from trainop.api.constants import LABEL_GPU_CLIQUE, RESOURCE_GPU
 from trainop.inventory import UNLABELLED, FrozenMap, NodeInfo, Snapshot, TopologyPath
+from trainop.placement.cost import DEFAULT_COST, FabricCost
 from trainop.placement.types import Assignment, GangRequest, NoFit, Placement
 
 NODE = "node"
@@ -50,6 +59,7 @@ CLUSTER = "cluster"
 
 _WEIGHTS = {NODE: 1, CLIQUE: 10, RACK: 100, BLOCK: 1000}
 _OTHER_WEIGHT = 10000
+_COST_CANDIDATES = 4  # packings priced per tier when candidate domains differ in GPU product
 
 # A replica to pin: (gpus, group position). Sorted largest first, then group order.
 _Rep = tuple[int, int]
@@ -443,6 +453,15 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
             tuple(details),
         )
 
+    if len(gang.reps) == 1:
+        # One pod: the node tier's best fit, found without building the tree (same order:
+        # fewest GPUs left over, holding the image, then topology path and name).
+        best = min(
+            (n for n in eligible if n.gpus_free >= gang.total),
+            key=lambda n: (n.gpus_free, not n.has_image(request.image), n.topology, n.name),
+        )
+        return _placement(snapshot, request, gang, [(gang.reps[0], best)], NODE, best.topology, "")
+
     names = level_names(snapshot.levels)
     tree = _Tree([n for n in eligible if n.gpus_free > 0], request.image, names)
     tiers = [NODE, CLIQUE]
@@ -453,16 +472,17 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
     last = wanted_at if request.mode == "Required" else len(tiers) - 1
 
     packer = _Packer(tree)
+    cost = request.cost or DEFAULT_COST
     for at, tier in enumerate(tiers[: last + 1]):
         candidates = [d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps)]
         candidates.sort(key=lambda d: (d.free - gang.total, -d.image_nodes, d.order))
-        for dom in candidates:
-            packer.reset()
-            if not packer.fill(dom, list(gang.reps)):
-                note = ""
-                if at > wanted_at:
-                    note = _widened_note(tree, tiers[wanted_at], gang)
-                return _placement(snapshot, request, gang, packer.log, tier, dom.path, note)
+        chosen = _cheapest(candidates, packer, gang, cost, names, priced=at > wanted_at)
+        if chosen is not None:
+            log, dom = chosen
+            note = ""
+            if at > wanted_at:
+                note = _widened_note(tree, tiers[wanted_at], gang)
+            return _placement(snapshot, request, gang, log, tier, dom.path, note)
 
     if last < len(tiers) - 1:
         return _required_nofit(tree, tiers[last], gang, details)
@@ -478,6 +498,55 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
         f"fragmented to pack these mixed replica sizes",
         tuple(details),
     )
+
+
+def _products(dom: _Dom) -> frozenset[str | None]:
+    if dom.node is not None:
+        return frozenset((dom.node.gpu.product,))
+    out: set[str | None] = set()
+    for child in dom.children:
+        out |= _products(child)
+    return frozenset(out)
+
+
+def _cheapest(
+    candidates: Sequence[_Dom],
+    packer: _Packer,
+    gang: _Gang,
+    cost: FabricCost,
+    names: dict[str, str],
+    priced: bool,
+) -> tuple[list[tuple[_Rep, NodeInfo]], _Dom] | None:
+    """The packing of the first candidate that packs; when `priced` (a Preferred gang spread
+    beyond its topology) and the candidates hold different GPU products (so different
+    fabrics), the lowest estimated allreduce among the first _COST_CANDIDATES that pack,
+    ties to best-fit order."""
+    mixed = priced and len({_products(d) for d in candidates}) > 1
+    best: tuple[float, int, list[tuple[_Rep, NodeInfo]], _Dom] | None = None
+    tried = 0
+    for i, dom in enumerate(candidates):
+        packer.reset()
+        if packer.fill(dom, list(gang.reps)):
+            continue
+        log = list(packer.log)
+        if not mixed:
+            return log, dom
+        seconds = cost.estimate(_gpus_on(log), names).seconds
+        if best is None or round(seconds, 9) < round(best[0], 9):
+            best = (seconds, i, log, dom)
+        tried += 1
+        if tried >= _COST_CANDIDATES:
+            break
+    return (best[2], best[3]) if best is not None else None
+
+
+def _gpus_on(log: Sequence[tuple[_Rep, NodeInfo]]) -> list[tuple[NodeInfo, int]]:
+    gpus: dict[str, int] = defaultdict(int)
+    nodes: dict[str, NodeInfo] = {}
+    for (g, _), node in log:
+        gpus[node.name] += g
+        nodes[node.name] = node
+    return [(nodes[name], gpus[name]) for name in nodes]
 
 
 def _largest(tree: _Tree, tier: str) -> _Dom | None:
@@ -596,6 +665,7 @@ def _placement(
         gpus_on[node.name] += gpus
     stranded = sum(n.gpus_free - gpus_on[n.name] for n in used)
     score = _score(span, stranded, gang.total)
+    estimate = (request.cost or DEFAULT_COST).estimate(_gpus_on(log), names)
     return Placement(
         assignments=tuple(assignments),
         level=tier,
@@ -603,6 +673,7 @@ def _placement(
         span=FrozenMap(span),
         score=round(score, 6),
         explanation=_explain(request, gang, used, span, tier, domain, widened),
+        allreduce=estimate,
     )
 
 

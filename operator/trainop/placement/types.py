@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainop.inventory import FrozenMap, NodeInfo, TopologyPath
+from trainop.placement.cost import AllreduceEstimate, FabricCost
 
 Topology = Literal["none", "node", "rack", "block"]
 Mode = Literal["Required", "Preferred"]
@@ -40,6 +41,7 @@ class GangRequest:
     node_filter(node) returns None when the node can run the job, else a sentence saying why
     not (the CUDA/driver compatibility check plugs in here). gpu_products is an allow-list of
     nvidia.com/gpu.product values (empty: any). image prefers nodes that already pulled it.
+    cost prices placements (placement.cost; None: the built-in FabricProfiles and defaults).
     """
 
     job: str
@@ -52,6 +54,7 @@ class GangRequest:
     # What node_filter depends on (hashable), when the caller can say: requests with equal
     # keys get the same eligibility, which place() then works out once per snapshot.
     filter_key: Any = field(default=None, compare=False)
+    cost: FabricCost | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
@@ -89,7 +92,8 @@ class Placement:
     level: the smallest level one of whose domains holds all GPU replicas ("node", "clique",
     "rack", "block" or "cluster"; a configured level beyond block is named by its label key);
     domain: that domain's path (() for the cluster); span: distinct domains used per level
-    ("node", "clique", "rack", "block"); score: lower is better (see placement.engine).
+    ("node", "clique", "rack", "block"); score: lower is better (see placement.engine);
+    allreduce: the cost model's estimate for a 1 GiB allreduce (see placement.cost).
     """
 
     assignments: tuple[Assignment, ...]
@@ -98,6 +102,7 @@ class Placement:
     span: FrozenMap[str, int]
     score: float
     explanation: str
+    allreduce: AllreduceEstimate | None = None
 
     def __iter__(self) -> Iterator[Assignment]:
         return iter(self.assignments)

@@ -12,6 +12,7 @@ from trainop.queueing.model import (
     PRIORITY,
     QUOTA,
     RECLAIM,
+    TOPOLOGY,
     UNGROUPED,
     WAIT_REASONS,
     Decisions,
@@ -46,6 +47,7 @@ from trainop.queueing.simulate import (
     simulate,
     split_documents,
 )
+from trainop.queueing.topowait import TopologyWait, topology_wait
 
 __all__ = [
     "ALWAYS_ALLOWED_CAPABILITIES",
@@ -59,6 +61,7 @@ __all__ = [
     "PRIORITY",
     "QUOTA",
     "RECLAIM",
+    "TOPOLOGY",
     "UNGROUPED",
     "WAIT_REASONS",
     "Candidate",
@@ -81,6 +84,7 @@ __all__ = [
     "SimEvent",
     "SimInputError",
     "SimResult",
+    "TopologyWait",
     "Unfit",
     "Violation",
     "WaitNote",
@@ -96,5 +100,6 @@ __all__ = [
     "serves",
     "simulate",
     "split_documents",
+    "topology_wait",
     "with_products",
 ]

@@ -37,6 +37,10 @@ The pass, in words:
          placement planned for after the eviction (its decision is Wait with `victims` and
          `placement`), so no later job of the pass takes the freed GPUs. Jobs admitted in
          this pass are never victims.
+  7. Topology-aware waiting (queueing.topowait): a Preferred gang whose placement would be
+     spread well beyond its ideal domain may wait (reason Topology) a bounded time for a
+     better one; while it waits it holds that domain's free GPUs for the rest of the pass,
+     holds no quota and preempts nobody, and the next job of its queue counts as the head.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from trainop.queueing.model import (
     PRIORITY,
     QUOTA,
     RECLAIM,
+    TOPOLOGY,
     Decisions,
     Fit,
     GroupUsage,
@@ -69,6 +74,7 @@ from trainop.queueing.model import (
     Unfit,
 )
 from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
+from trainop.queueing.topowait import TopologyWait, topology_wait
 
 
 @dataclass
@@ -119,6 +125,7 @@ class _Outcome:
     candidate: Candidate | None = None
     borrow: int = 0
     held: bool = False
+    topology: TopologyWait | None = None
 
 
 @dataclass(frozen=True)
@@ -186,8 +193,10 @@ class _Pass:
         jobs: Sequence[QueuedJob],
         snapshot: Snapshot,
         place: Placer,
+        topology_wait_seconds: float = 1800.0,
     ) -> None:
         self.now = now
+        self.topology_wait_seconds = topology_wait_seconds
         self.queues: dict[str, QueueState] = {}
         for q in queues:
             if q.name in self.queues:
@@ -352,6 +361,9 @@ class _Pass:
         cands = self.candidates(job, q)
         blocks = self.blocks(job, q)
         outcome = self.attempt(job, q, cands, blocks)
+        if outcome.topology is not None:
+            self.wait_for_topology(job, q, cands, outcome.topology)
+            return
         if outcome.fit is not None and outcome.candidate is not None:
             self.release_hold(job)
             self.admit(job, q, outcome.candidate, outcome.fit, outcome.borrow)
@@ -422,11 +434,18 @@ class _Pass:
                 ready.append((c, verdict.borrow))
         ready.sort(key=lambda item: item[1] > 0)  # stable: within-nominal groups first
         unfit: list[tuple[Candidate, Unfit]] = []
+        spread: TopologyWait | None = None
         for c, borrow in ready:
             result = self.place(job, self.snapshot, c.products or None)
             if isinstance(result, Fit):
-                return _Outcome(fit=result, candidate=c, borrow=borrow)
+                wait = self.topology_wait(job, q, result)
+                if wait is None:
+                    return _Outcome(fit=result, candidate=c, borrow=borrow)
+                spread = spread or wait
+                continue
             unfit.append((c, result))
+        if spread is not None:
+            return _Outcome(TOPOLOGY, label(cands[0], spread.message), topology=spread)
         nofit = [(c, u) for c, u in unfit if u.reason != INCOMPATIBLE]
         if nofit:
             c, u = nofit[0]
@@ -438,6 +457,31 @@ class _Pass:
             return _Outcome(QUOTA, "; ".join(quota_msgs))
         c, u = unfit[0]
         return _Outcome(INCOMPATIBLE, "; ".join(label(c, u.message) for c, u in unfit))
+
+    def topology_wait(self, job: QueuedJob, q: QueueState, fit: Fit) -> TopologyWait | None:
+        bound = q.topology_wait_seconds
+        if bound is None:
+            bound = self.topology_wait_seconds
+        running = (r.job for r in self.running.values() if not r.fresh)
+        return topology_wait(job, fit, self.now, bound, self.snapshot, running)
+
+    def wait_for_topology(
+        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], wait: TopologyWait
+    ) -> None:
+        """Wait (Topology): hold the awaited domain's free GPUs for the rest of the pass."""
+        self.release_hold(job)
+        if wait.hold:
+            self.snapshot = self.snapshot.with_reserved(dict(wait.hold))
+        self.decisions[job.key] = JobDecision(
+            job.key,
+            q.name,
+            "Wait",
+            TOPOLOGY,
+            wait.message,
+            position=self.next_position(q),
+            gpus=job.gpus,
+            group=cands[0].group.name if cands else None,
+        )
 
     # --- effects on the working state ------------------------------------------------------
     def admit(self, job: QueuedJob, q: QueueState, c: Candidate, fit: Fit, borrow: int) -> None:
@@ -658,15 +702,19 @@ def admit(
     jobs: Sequence[QueuedJob],
     snapshot: Snapshot,
     try_place: Placer,
+    *,
+    topology_wait_seconds: float = 1800.0,
 ) -> Decisions:
     """Decide which pending jobs are admitted now, which wait and why, and who is preempted.
 
     now: seconds on the caller's clock (QueuedJob times use the same clock). queues: every
     TrainingQueue as QueueState (the built-in queue is added when a job names it). jobs:
     every unfinished job, admitted or pending. snapshot: the cluster now, admitted jobs'
-    pods holding their GPUs. try_place: the placer (see model.Placer). See the module doc.
+    pods holding their GPUs. try_place: the placer (see model.Placer).
+    topology_wait_seconds: the bound of topology-aware waiting for queues that set none
+    (OperatorConfig.topology_wait_seconds). See the module doc.
     """
-    p = _Pass(now, queues, jobs, snapshot, try_place)
+    p = _Pass(now, queues, jobs, snapshot, try_place, topology_wait_seconds)
     p.charge_admitted()
     p.line_up()
     p.run()

@@ -209,10 +209,19 @@ def intake(
         product=product if held else None,
         nodes=held,
         started=_ts(status.get("startTime")) if held else None,
+        expected_end=_expected_end(spec, status) if held else None,
         queued_since=_preempted_at(body),
         blocked_reason=blocked_reason,
         blocked_message=blocked_message,
     )
+
+
+def _expected_end(spec: TrainingJobSpec, status: Mapping[str, Any]) -> float | None:
+    """When a running gang will be gone at the latest: start + activeDeadlineSeconds (the
+    only end the operator knows; topology-aware waiting treats None as unknown)."""
+    started = _ts(status.get("startTime"))
+    deadline = spec.run_policy.active_deadline_seconds
+    return started + deadline if started is not None and deadline else None
 
 
 def _product_of(held: tuple[tuple[str, int], ...], snapshot: Snapshot) -> str | None:
@@ -260,7 +269,14 @@ def decide(
             by_key[key] = body
     usable = [q for q in inputs.queues if q.error is None]  # a broken queue admits nobody
     placer = PlannerPlacer(by_key, config, {q.name: q for q in usable})  # queue policy modes
-    decisions = admit(now.timestamp(), usable, jobs, snapshot, placer)
+    decisions = admit(
+        now.timestamp(),
+        usable,
+        jobs,
+        snapshot,
+        placer,
+        topology_wait_seconds=config.topology_wait_seconds,
+    )
     queue_of = {j.key: j.queue for j in jobs}
     return PassResult(
         decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken

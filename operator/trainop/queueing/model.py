@@ -24,6 +24,7 @@ from trainop.api.trainingqueue import (
 )
 from trainop.catalog.model import quota_product
 from trainop.inventory import Snapshot
+from trainop.placement.cost import AllreduceEstimate
 
 # Reasons a job waits (TrainingJob status.pendingReason) and a victim is preempted.
 QUOTA = "Quota"
@@ -31,7 +32,8 @@ NOFIT = "NoFit"
 POLICY = "Policy"
 INCOMPATIBLE = "Incompatible"
 QUEUE_INVALID = "QueueInvalid"  # the job's queue is broken: it waits, never falls through
-WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE, QUEUE_INVALID)
+TOPOLOGY = "Topology"  # a Preferred gang waits a bounded time for a better domain (topowait)
+WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE, QUEUE_INVALID, TOPOLOGY)
 RECLAIM = "Reclaim"
 PRIORITY = "Priority"
 PREEMPT_REASONS: tuple[str, ...] = (RECLAIM, PRIORITY)
@@ -102,6 +104,7 @@ class QueueState:
     within_queue: Literal["Never", "LowerPriority"] = "LowerPriority"
     max_running_jobs: int | None = None
     unlimited: bool = False
+    topology_wait_seconds: float | None = None  # None: the operator's default (admit's)
     # Queue resolution (queueing.resolve)
     namespaces: tuple[str, ...] = ()
     namespace_selector: tuple[tuple[str, str], ...] | None = None
@@ -161,6 +164,9 @@ class QueueState:
             within_queue=spec.preemption.within_queue,
             max_running_jobs=spec.policy.max_running_jobs,
             unlimited=not groups,
+            topology_wait_seconds=(
+                None if spec.topology_wait_seconds is None else float(spec.topology_wait_seconds)
+            ),
             namespaces=tuple(spec.namespaces),
             namespace_selector=(
                 tuple(sorted(selector.match_labels.items())) if selector is not None else None
@@ -231,7 +237,9 @@ class QueuedJob:
     are chosen youngest first). queued_since: when it last entered the queue (creation, or its
     last preemption); the backfill threshold counts from it. blocked_reason/blocked_message: a
     verdict reached before admission (Policy: queue resolution or tenant policy;
-    Incompatible) that keeps the job out of line.
+    Incompatible) that keeps the job out of line. expected_end: when an admitted job is
+    expected to finish (None: unknown), which topology-aware waiting uses to tell whether a
+    better domain frees up in time.
     """
 
     key: str
@@ -248,6 +256,7 @@ class QueuedJob:
     queued_since: float | None = None
     blocked_reason: str | None = None
     blocked_message: str = ""
+    expected_end: float | None = None
 
     @property
     def waiting_since(self) -> float:
@@ -257,12 +266,16 @@ class QueuedJob:
 @dataclass(frozen=True)
 class Fit:
     """The gang can be placed: `placement` is whatever the placer planned (the planner's Plan
-    for PlannerPlacer), `gpus_by_node` what it takes, `product` its nodes' GPU product."""
+    for PlannerPlacer), `gpus_by_node` what it takes, `product` its nodes' GPU product.
+    allreduce: the cost model's estimate for this placement; ideal: for the gang alone on an
+    empty fleet, set only for Preferred gangs (topology-aware waiting compares the two)."""
 
     placement: Any
     gpus_by_node: tuple[tuple[str, int], ...]
     product: str | None
     nodes: tuple[str, ...] = ()
+    allreduce: AllreduceEstimate | None = None
+    ideal: AllreduceEstimate | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +301,7 @@ class JobDecision:
     reconcile.Admission, so a decision can stand in for it.
 
     action: Admit (newly admitted: placement holds the planned placement), Keep (admitted
-    before, stays), Wait (reason Quota | NoFit | Policy | Incompatible, position 1-based among
+    before, stays), Wait (reason Quota | NoFit | Policy | Incompatible | Topology, position 1-based among
     the queue's waiting jobs; a waiting preemptor lists its `victims` and carries the
     placement planned for when they are gone), Preempt (reason Reclaim | Priority; evict the
     whole gang, requeue it without counting a restart; `preemptor` names who needs the GPUs).

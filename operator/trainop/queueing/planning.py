@@ -14,12 +14,14 @@ from typing import Any
 from trainop.api.constants import RESOURCE_MIG_PREFIX
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot
+from trainop.placement import Placement
 from trainop.planner import (
     InvalidJob,
     OperatorConfig,
     Plan,
     Wait,
     config_for_queue,
+    ideal_placement,
     plan_job,
     resolve,
 )
@@ -40,25 +42,34 @@ def with_products(body: Mapping[str, Any], products: tuple[str, ...]) -> dict[st
     return out
 
 
-def fit_of(plan: Plan, snapshot: Snapshot) -> Fit:
-    """A planner Plan as admission's Fit (the Plan rides along as `placement`). A job on
-    MIG-mixed slices is charged to the slice's product ('<product>-MIG-<profile>', as the
-    MIG single strategy names it), never to the node's whole GPUs."""
-    p = plan.placement
+def fit_of(plan: Plan | Placement, snapshot: Snapshot, ideal: Placement | None = None) -> Fit:
+    """A planner Plan (or a bare Placement) as admission's Fit (the Plan rides along as
+    `placement`); `ideal`: the gang's placement on an empty fleet (topology-aware waiting).
+    A job on MIG-mixed slices is charged to the slice's product ('<product>-MIG-<profile>',
+    as the MIG single strategy names it), never to the node's whole GPUs."""
+    p = plan.placement if isinstance(plan, Plan) else plan
     product = None
     for name in p.nodes:
         node = snapshot.get(name)
         if node is not None and node.gpu.product:
             product = node.gpu.product
             break
-    if product and plan.gpu_resource.startswith(RESOURCE_MIG_PREFIX):
-        product = f"{product}-MIG-{plan.gpu_resource[len(RESOURCE_MIG_PREFIX) :]}"
+    resource = plan.gpu_resource if isinstance(plan, Plan) else ""
+    if product and resource.startswith(RESOURCE_MIG_PREFIX):
+        product = f"{product}-MIG-{resource[len(RESOURCE_MIG_PREFIX) :]}"
     return Fit(
         placement=plan,
         gpus_by_node=tuple(sorted(p.gpus_by_node().items())),
         product=product,
         nodes=p.nodes,
+        allreduce=p.allreduce,
+        ideal=ideal.allreduce if ideal is not None else None,
     )
+
+
+def fleet_key(snapshot: Snapshot) -> tuple[tuple[str, int, bool], ...]:
+    """What an ideal placement depends on: the nodes, their GPUs and schedulability."""
+    return tuple((n.name, n.gpus_allocatable, n.schedulable) for n in snapshot.nodes)
 
 
 class PlannerPlacer:
@@ -74,6 +85,20 @@ class PlannerPlacer:
         self.config = config
         # queue name -> its state: its policy.compatibilityModes narrow the config's modes
         self.queues = queues or {}
+
+    def ideal(self, key: str, body: Mapping[str, Any], snapshot: Snapshot) -> Placement | None:
+        """The gang alone on the empty fleet, for Preferred gangs only. It depends on the
+        nodes, not on their use, so the snapshot keeps it (a "static" memo) across the
+        what-if copies of a cycle and across cycles while no node changes."""
+        placement = (body.get("spec") or {}).get("placement") or {}
+        if placement.get("mode", "Preferred") != "Preferred":
+            return None
+        products = tuple(placement.get("gpuProducts") or ())
+        found: Placement | None = snapshot.memo(
+            ("static", "ideal", key, products, id(self.config)),
+            lambda: ideal_placement(body, snapshot, self.config),
+        )
+        return found
 
     def __call__(
         self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
@@ -98,7 +123,10 @@ class PlannerPlacer:
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")
         if isinstance(result, Wait):
             return Unfit(result.reason, result.message)
-        return fit_of(result, snapshot)
+        ideal = None
+        if len(result.placement.nodes) > 1:
+            ideal = self.ideal(job.key, body, snapshot)
+        return fit_of(result, snapshot, ideal)
 
 
 def job_policy(

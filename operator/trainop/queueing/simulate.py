@@ -13,14 +13,20 @@ starts `startup_seconds` later and finishes `duration` after it started. A preem
 goes back to its queue (its place in line keeps its creation time), and when admitted again
 runs its full duration again. Jobs the planner refuses (InvalidJob) or the queue refuses
 (Policy) never run. Everything is deterministic: ties break on the job key.
+
+Running jobs tell admission their expected end (for topology-aware waiting, the bound being
+OperatorConfig.topology_wait_seconds unless the queue sets one). With `comm_share` c > 0 a
+job's duration is its duration at its ideal placement: a placement whose estimated allreduce
+is r times the ideal (Fit.allreduce / Fit.ideal) runs (1 - c + c * r) times as long. `placer`
+replaces the planner-backed placer (the benchmark's baselines plug in here).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainop.api import constants as c
@@ -32,6 +38,7 @@ from trainop.queueing.model import (
     POLICY,
     Decisions,
     Fit,
+    Placer,
     QueueConfigError,
     QueuedJob,
     QueueState,
@@ -43,6 +50,9 @@ from trainop.queueing.resolve import QueueError, resolve_queue
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 INVALID = "Invalid"  # sim-only wait reason: the planner refuses the job (see InvalidJob)
 MAX_PASSES = 1000  # admission passes at one instant; more means two decisions undo each other
+
+
+PlacerFactory = Callable[[Mapping[str, Mapping[str, Any]], OperatorConfig], Placer]
 
 
 class SimInputError(ValueError):
@@ -68,6 +78,9 @@ class Run:
     nodes: tuple[str, ...]
     preempted_by: str | None = None
     preempt_reason: str | None = None
+    gpus_by_node: tuple[tuple[str, int], ...] = ()
+    allreduce_seconds: float | None = None  # the cost model's 1 GiB estimate of the placement
+    ideal_allreduce_seconds: float | None = None  # ... and of the gang alone on an empty fleet
 
 
 @dataclass(frozen=True)
@@ -183,6 +196,7 @@ class _Job:
             product=self.product if running else None,
             nodes=self.holding if running else (),
             started=self.start_at if running else None,
+            expected_end=self.end_at if running else None,
             preemptions=self.preemptions,
             queued_since=self.queued_since,
             blocked_reason=self.blocked_reason,
@@ -224,10 +238,13 @@ class _Sim:
         default_priority: int,
         config: OperatorConfig,
         startup_seconds: float,
+        placer: PlacerFactory | None = None,
+        comm_share: float = 0.0,
     ) -> None:
         self.queues = list(queues)
         self.config = config
         self.startup = startup_seconds
+        self.comm_share = comm_share
         self.snapshot: Snapshot = build_snapshot(nodes, levels=config.topology_levels)
         self.base = self.snapshot
         self.events: list[SimEvent] = []
@@ -245,8 +262,11 @@ class _Sim:
             )
             self.prepare(job, namespaces, priority_classes, default_priority)
             self.jobs[key] = job
-        self.placer = PlannerPlacer(
-            {k: j.body for k, j in self.jobs.items()}, config, {q.name: q for q in self.queues}
+        bodies = {k: j.body for k, j in self.jobs.items()}
+        self.placer = (
+            placer(bodies, config)
+            if placer is not None
+            else PlannerPlacer(bodies, config, {q.name: q for q in self.queues})
         )
 
     def prepare(
@@ -328,7 +348,14 @@ class _Sim:
         if not live:
             return None
         live.sort(key=lambda j: j.key)
-        decisions = admit(now, self.queues, [j.queued() for j in live], self.snapshot, self.placer)
+        decisions = admit(
+            now,
+            self.queues,
+            [j.queued() for j in live],
+            self.snapshot,
+            self.placer,
+            topology_wait_seconds=self.config.topology_wait_seconds,
+        )
         # Releases before reservations: the pass planned on a snapshot where both happened.
         for d in decisions.preempted:
             self.evict(self.jobs[d.key], now, d.preemptor, d.reason)
@@ -350,10 +377,23 @@ class _Sim:
         job.product = fit.product
         job.nodes = fit.nodes
         job.start_at = now + self.startup
-        job.end_at = job.start_at + job.duration
+        job.end_at = job.start_at + job.duration * self.stretch(fit)
         job.state_changed = True
-        job.runs.append(Run(now, job.start_at, None, fit.nodes))
+        real = fit.allreduce.seconds if fit.allreduce else None
+        ideal = fit.ideal.seconds if fit.ideal else None
+        job.runs.append(
+            Run(now, job.start_at, None, fit.nodes, None, None, fit.gpus_by_node, real, ideal)
+        )
         self.events.append(SimEvent(now, "admit", job.key, ",".join(fit.nodes)))
+
+    def stretch(self, fit: Fit) -> float:
+        """How much longer than its ideal duration the job runs on this placement."""
+        if not self.comm_share or fit.allreduce is None or fit.ideal is None:
+            return 1.0
+        if fit.ideal.seconds <= 0:
+            return 1.0
+        ratio = fit.allreduce.seconds / fit.ideal.seconds
+        return 1.0 - self.comm_share + self.comm_share * max(1.0, ratio)
 
     def release(self, job: _Job) -> None:
         self.snapshot = self.snapshot.with_released(dict(job.holding))
@@ -365,14 +405,14 @@ class _Sim:
         job.preemptions += 1
         job.state_changed = True
         run = job.runs[-1]
-        job.runs[-1] = Run(run.admitted, run.started, now, run.nodes, by, reason)
+        job.runs[-1] = replace(run, ended=now, preempted_by=by, preempt_reason=reason)
         self.events.append(SimEvent(now, "preempt", job.key, f"{reason} by {by}"))
 
     def finish(self, job: _Job, now: float) -> None:
         self.release(job)
         job.state = "Finished"
         run = job.runs[-1]
-        job.runs[-1] = Run(run.admitted, run.started, job.end_at, run.nodes)
+        job.runs[-1] = replace(run, ended=job.end_at)
         self.events.append(SimEvent(job.end_at, "finish", job.key))
 
     def result(self, now: float) -> SimResult:
@@ -417,11 +457,16 @@ def simulate(
     default_priority: int = 0,
     config: OperatorConfig | None = None,
     startup_seconds: float = 0.0,
+    placer: PlacerFactory | None = None,
+    comm_share: float = 0.0,
 ) -> SimResult:
     """Run the simulation. nodes: Node dicts; queues: TrainingQueue dicts (or QueueStates);
     jobs: TrainingJob dicts with the sim annotations; namespaces: name -> labels (for
-    namespaceSelector); priority_classes: PriorityClass name -> value. SimInputError names a
-    bad input."""
+    namespaceSelector); priority_classes: PriorityClass name -> value; placer: builds the
+    placer from (job key -> body, config), default PlannerPlacer; comm_share: see the module
+    doc. SimInputError names a bad input."""
+    if not 0.0 <= comm_share <= 1.0:
+        raise SimInputError(f"comm_share: must be between 0 and 1, got {comm_share!r}")
     states = []
     for q in queues:
         if isinstance(q, QueueState):
@@ -445,6 +490,8 @@ def simulate(
             default_priority,
             config or OperatorConfig(),
             startup_seconds,
+            placer,
+            comm_share,
         )
     except ValueError as exc:  # e.g. duplicate node names in the inventory
         if isinstance(exc, SimInputError):

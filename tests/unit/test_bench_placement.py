@@ -1,0 +1,36 @@
+"""Smoke test of `make bench-placement` at tiny sizes: it runs end to end and writes every
+figure for every policy (no timing or quality assertions: those are benchmark numbers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.placement.__main__ import main
+from bench.placement.report import POLICIES
+
+METRICS = (
+    "allreduce_ms_mean",
+    "allreduce_ratio_mean",
+    "one_rack_share",
+    "gpu_utilisation",
+    "fragmentation",
+    "wait_s_mean",
+    "wait_s_p95",
+    "makespan_s",
+)
+
+
+def test_smoke_run_writes_results(tmp_path: Path) -> None:
+    lines: list[str] = []
+    assert main(["--smoke", "--out", str(tmp_path)], log=lines.append) == 0
+    report = json.loads((tmp_path / "placement.json").read_text())
+    assert set(report["workloads"]) == {"a-synthetic@90%", "b-openb-fill", "c-spot@90%"}
+    for label, row in report["workloads"].items():
+        for policy in POLICIES:
+            assert set(METRICS) <= set(row[policy]), (label, policy)
+    synthetic = report["workloads"]["a-synthetic@90%"]
+    assert synthetic["lower-bound"]["allreduce_ratio_mean"] == 1.0
+    assert synthetic["trainop"]["multi_node_jobs"] == synthetic["spread"]["multi_node_jobs"] > 0
+    summary = (tmp_path / "placement.md").read_text()
+    assert "| a-synthetic@90% | trainop |" in summary and "## Targets" in summary
