@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from trainop.api import constants as c
@@ -34,6 +35,7 @@ from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
 from trainop.queueing.admission import admit
+from trainop.queueing.cluster import Inputs, intake
 from trainop.queueing.model import (
     POLICY,
     Decisions,
@@ -44,8 +46,7 @@ from trainop.queueing.model import (
     QueueState,
     QueueUsage,
 )
-from trainop.queueing.planning import PlannerPlacer, job_policy
-from trainop.queueing.resolve import QueueError, resolve_queue
+from trainop.queueing.planning import PlannerPlacer
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 INVALID = "Invalid"  # sim-only wait reason: the planner refuses the job (see InvalidJob)
@@ -277,7 +278,6 @@ class _Sim:
         default_priority: int,
     ) -> None:
         """Validate as the operator would: planner checks, queue, policy, priority."""
-        namespace = job.key.split("/", 1)[0]
         try:
             spec: TrainingJobSpec = parse_spec(job.body)
             check_semantics(spec, self.config)
@@ -296,22 +296,17 @@ class _Sim:
             job.priority = priority_classes[pc]
         else:
             job.priority = default_priority
-        try:
-            queue = resolve_queue(namespace, spec.queue, self.queues, namespaces.get(namespace))
-        except QueueError as exc:
-            job.queue = spec.queue or ""
-            job.blocked_reason, job.blocked_message = POLICY, str(exc)
-            return
-        job.queue = queue.name
-        try:
-            violations = job_policy(spec, queue, self.base, self.config)
-        except InvalidJob as exc:
+        # The operator's own intake decides the queue and what blocks the job (one function
+        # for both, so what simulate shows is what the operator does).
+        inputs = Inputs(tuple(self.queues), (), namespaces, priority_classes)
+        when = datetime.fromtimestamp(job.submit, UTC).replace(tzinfo=None)
+        queued = intake(job.body, (), inputs, self.base, self.config, when)
+        if queued is None:  # invalid names and the like: the operator marks it Invalid
             job.state, job.blocked_reason = "Invalid", INVALID
-            job.blocked_message = f"{exc.field}: {exc.detail}"
+            job.blocked_message = "the operator would mark it Invalid (see trainop render)"
             return
-        if violations:
-            job.blocked_reason = POLICY
-            job.blocked_message = "; ".join(str(v) for v in violations)
+        job.queue = queued.queue
+        job.blocked_reason, job.blocked_message = queued.blocked_reason, queued.blocked_message
 
     # --- the event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
