@@ -114,7 +114,7 @@ def _number(key: str, value: Any) -> float:
     return float(value)
 
 
-def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
+def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:  # noqa: C901, PLR0912 - one branch per config key, each with its own error
     """An OperatorConfig from parsed config data; keys left out keep their defaults."""
     if data is None:
         return OperatorConfig()

@@ -144,7 +144,7 @@ def _term(
     return term
 
 
-def build_pod(
+def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop merges into the user's template
     job: JobRef,
     plan: PodPlan,
     template: Mapping[str, Any],

@@ -41,7 +41,7 @@ _KEEP = {
 }
 
 
-def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:  # noqa: C901, PLR0912 - one branch per JSON Schema construct pydantic emits
     """Inline $refs, turn `anyOf [X, null]` into X (optional fields), keep structural keywords."""
     if isinstance(node, list):
         return [_resolve(n, defs) for n in node]

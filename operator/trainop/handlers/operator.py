@@ -393,21 +393,42 @@ async def _write(what: str, call: Any, *args: Any) -> Any:
 
 
 async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
+    """Carry out Actions in a fixed order: delete, create, release, status, Events, job."""
     api = Runtime.api
     assert api is not None
     state = Runtime.state
     for gone in acts.delete_pods:
         state.inflight.pop((ns, gone), None)
     await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
+    await _create(ns, name, body, acts)
+    release = [p for p in acts.ungate if (ns, p) not in state.released]
+    await asyncio.gather(
+        *(
+            _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))
+            for p in release
+        )
+    )
+    state.released.update((ns, p) for p in release)
+    await _write_status(ns, name, body, acts.status)
+    for etype, reason, message in acts.events:
+        await _event(body, etype, reason, message)
+    if acts.delete_job:
+        await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
+    """The SSH Secret, then Service/ConfigMap/claim templates, then the gang's pods in
+    parallel; the gang's GPUs count as taken from here until the watch shows the pods."""
+    api, state = Runtime.api, Runtime.state
+    assert api is not None
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
         await _write(f"Secret {acts.needs_ssh_secret}", api.create, secret)
     pods = [o for o in acts.create if o["kind"] == "Pod"]
-    if pods:  # from here the GPUs count as taken until the watch shows the pods
+    if pods:
         held = {p["metadata"]["name"]: state.holding(p) for p in pods}
         state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
-    others = [o for o in acts.create if o["kind"] != "Pod"]
-    for obj in others:  # Service, ConfigMap, claim templates: before the pods that use them
+    for obj in (o for o in acts.create if o["kind"] != "Pod"):
         await _write(f"{obj['kind']} {obj['metadata']['name']}", api.create, obj)
     results = await asyncio.gather(
         *(_write(f"Pod {p['metadata']['name']}", api.create, p) for p in pods),
@@ -419,26 +440,22 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         raise failed[0]
-    release = [p for p in acts.ungate if (ns, p) not in state.released]
-    await asyncio.gather(
-        *(
-            _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))
-            for p in release
-        )
-    )
-    state.released.update((ns, p) for p in release)
-    old_status = body.get("status") or {}
-    if acts.status and acts.status != old_status and not _counts_only(old_status, acts.status):
-        written = await asyncio.to_thread(api.patch_job_status, ns, name, acts.status, old_status)
-        if written is not None:
-            state.record_written((ns, name), written)
-        old_phase, new_phase = old_status.get("phase"), acts.status.get("phase")
-        if new_phase and new_phase != old_phase:
-            metrics.observe_transition(body, old_phase, new_phase, acts.status)
-    for etype, reason, message in acts.events:
-        await _event(body, etype, reason, message)
-    if acts.delete_job:
-        await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _write_status(
+    ns: str, name: str, body: Mapping[str, Any], status: Mapping[str, Any]
+) -> None:
+    api = Runtime.api
+    assert api is not None
+    old = body.get("status") or {}
+    if not status or status == old or _counts_only(old, status):
+        return
+    written = await asyncio.to_thread(api.patch_job_status, ns, name, status, old)
+    if written is not None:
+        Runtime.state.record_written((ns, name), written)
+    old_phase, new_phase = old.get("phase"), status.get("phase")
+    if new_phase and new_phase != old_phase:
+        metrics.observe_transition(body, old_phase, new_phase, status)
 
 
 async def _event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:

@@ -393,7 +393,7 @@ def _eligible(snapshot: Snapshot, request: GangRequest) -> _Eligible:
     return found
 
 
-def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
+def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noqa: C901 - the early NoFit checks, in order, each with its own message
     """Place every replica of the gang or none; deterministic for equal inputs."""
     gang = _Gang(request)
     if not gang.reps:

@@ -394,7 +394,7 @@ class _Pass:
             if h.head == job.key:
                 h.reason = outcome.reason
 
-    def attempt(
+    def attempt(  # noqa: C901, PLR0912 - quota group by group, then placement, each refusal with its reason
         self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: _Blocks
     ) -> _Outcome:
         if blocks.whole_queue is not None:

@@ -174,7 +174,7 @@ def check_policy(
     return tuple(out)
 
 
-def _template_violations(
+def _template_violations(  # noqa: C901, PLR0912 - one branch per pod-template escalation the policy can refuse
     role: str,
     template: Mapping[str, Any],
     policy: TenantPolicy,

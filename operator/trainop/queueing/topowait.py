@@ -69,7 +69,7 @@ def _bound(fit: Fit, configured: float) -> float:
     return configured * min(1.0, ratio - 1.0)
 
 
-def topology_wait(
+def topology_wait(  # noqa: C901 - the waiting rules of docs/placement-cost.md, in order
     job: QueuedJob,
     fit: Fit,
     now: float,
