@@ -60,20 +60,26 @@ def fleet() -> list[dict[str, Any]]:
             for n in range(16):
                 name = f"b{b}-r{r:02d}-n{n:02d}"
                 labels = {
-                    "kubernetes.io/hostname": name, "trainop.dev/rack": f"b{b}-r{r:02d}",
-                    "trainop.dev/block": f"b{b}", "nvidia.com/gpu.product": product
-                    + ("-SHARED" if shared else ""), "nvidia.com/gpu.compute.major": cmaj,
+                    "kubernetes.io/hostname": name,
+                    "trainop.dev/rack": f"b{b}-r{r:02d}",
+                    "trainop.dev/block": f"b{b}",
+                    "nvidia.com/gpu.product": product + ("-SHARED" if shared else ""),
+                    "nvidia.com/gpu.compute.major": cmaj,
                     "nvidia.com/gpu.compute.minor": cmin,
                     "nvidia.com/cuda.driver-version.full": driver,
                     "nvidia.com/cuda.driver-version.major": driver.split(".")[0],
-                }  # fmt: skip
+                }
                 if shared:
                     labels["nvidia.com/gpu.replicas"] = "4"
-                nodes.append({
-                    "metadata": {"name": name, "labels": labels},
-                    "status": {"allocatable": {"nvidia.com/gpu": "32" if shared else "8"},
-                               "conditions": [{"type": "Ready", "status": "True"}]},
-                })  # fmt: skip
+                nodes.append(
+                    {
+                        "metadata": {"name": name, "labels": labels},
+                        "status": {
+                            "allocatable": {"nvidia.com/gpu": "32" if shared else "8"},
+                            "conditions": [{"type": "Ready", "status": "True"}],
+                        },
+                    }
+                )
     return nodes
 
 
@@ -83,22 +89,34 @@ def busy(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, n in enumerate(nodes):
         if i % 2:
             continue
-        pods.append({
-            "metadata": {"name": f"p{i}", "namespace": "x"},
-            "spec": {"nodeName": n["metadata"]["name"], "containers": [
-                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
-            "status": {"phase": "Running"},
-        })  # fmt: skip
+        pods.append(
+            {
+                "metadata": {"name": f"p{i}", "namespace": "x"},
+                "spec": {
+                    "nodeName": n["metadata"]["name"],
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
     return pods
 
 
 def jobs() -> list[dict[str, Any]]:
     shapes = [
-        ("pytorch", None, 2, "rack"), ("pytorch", "12.4", 4, "rack"), ("pytorch", "13.0", 8, "rack"),
-        ("pytorch", None, 16, "block"), ("pytorch", "12.1", 48, "block"), ("tensorflow", None, 2, "rack"),
-        ("tensorflow", "12.4", 8, "block"), ("pytorch", "12.8", 1, "node"), ("jax", None, 4, "rack"),
-        ("pytorch", None, 200, "block"), ("pytorch", "13.0", 40, "rack"), ("tensorflow", None, 64, "block"),
-    ]  # fmt: skip
+        ("pytorch", None, 2, "rack"),
+        ("pytorch", "12.4", 4, "rack"),
+        ("pytorch", "13.0", 8, "rack"),
+        ("pytorch", None, 16, "block"),
+        ("pytorch", "12.1", 48, "block"),
+        ("tensorflow", None, 2, "rack"),
+        ("tensorflow", "12.4", 8, "block"),
+        ("pytorch", "12.8", 1, "node"),
+        ("jax", None, 4, "rack"),
+        ("pytorch", None, 200, "block"),
+        ("pytorch", "13.0", 40, "rack"),
+        ("tensorflow", None, 64, "block"),
+    ]
     out = []
     for i, (fw, cuda, workers, topo) in enumerate(shapes):
         spec: dict[str, Any] = {
@@ -108,9 +126,14 @@ def jobs() -> list[dict[str, Any]]:
         }
         if cuda:
             spec["cuda"] = cuda
-        out.append({"apiVersion": "trainop.dev/v1alpha1", "kind": "TrainingJob",
-                    "metadata": {"name": f"j{i}", "namespace": "ns", "uid": f"u{i}"},
-                    "spec": spec})  # fmt: skip
+        out.append(
+            {
+                "apiVersion": "trainop.dev/v1alpha1",
+                "kind": "TrainingJob",
+                "metadata": {"name": f"j{i}", "namespace": "ns", "uid": f"u{i}"},
+                "spec": spec,
+            }
+        )
     return out
 
 
@@ -206,9 +229,11 @@ def main() -> int:
     except ImportError:
         print("matplotlib missing: no plot", file=sys.stderr)
         return 0
-    keys = [("latency_ms_median", "planning latency, median ms"),
-            ("check_node_calls_per_job", "check_node calls per job"),
-            ("placement_attempts_per_job", "placement attempts per job")]  # fmt: skip
+    keys = [
+        ("latency_ms_median", "planning latency, median ms"),
+        ("check_node_calls_per_job", "check_node calls per job"),
+        ("placement_attempts_per_job", "placement attempts per job"),
+    ]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     names = list(report["policies"])
     for ax, (key, title) in zip(axes, keys, strict=True):

@@ -36,14 +36,24 @@ def fleet(blocks: int, racks_per_block: int, nodes_per_rack: int) -> list[dict[s
         for r in range(racks_per_block):
             for n in range(nodes_per_rack):
                 name = f"b{b}-r{r}-n{n:02d}"
-                nodes.append({
-                    "metadata": {"name": name, "labels": {
-                        "kubernetes.io/hostname": name, "trainop.dev/rack": f"b{b}-r{r}",
-                        "trainop.dev/block": f"b{b}", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-                        "nvidia.com/gpu.count": "8"}},
-                    "status": {"allocatable": {"nvidia.com/gpu": "8"},
-                               "conditions": [{"type": "Ready", "status": "True"}]},
-                })  # fmt: skip
+                nodes.append(
+                    {
+                        "metadata": {
+                            "name": name,
+                            "labels": {
+                                "kubernetes.io/hostname": name,
+                                "trainop.dev/rack": f"b{b}-r{r}",
+                                "trainop.dev/block": f"b{b}",
+                                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                "nvidia.com/gpu.count": "8",
+                            },
+                        },
+                        "status": {
+                            "allocatable": {"nvidia.com/gpu": "8"},
+                            "conditions": [{"type": "Ready", "status": "True"}],
+                        },
+                    }
+                )
     return nodes
 
 
@@ -137,9 +147,11 @@ def main() -> int:
         print("matplotlib missing: no plot", file=sys.stderr)
         return 0
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    metrics = [("racks_per_multinode_gang_mean", "racks per multi-node gang (lower is better)"),
-               ("multinode_gangs_in_one_rack", "multi-node gangs inside one rack (share)"),
-               ("latency_ms_median", "placement latency, median ms")]  # fmt: skip
+    metrics = [
+        ("racks_per_multinode_gang_mean", "racks per multi-node gang (lower is better)"),
+        ("multinode_gangs_in_one_rack", "multi-node gangs inside one rack (share)"),
+        ("latency_ms_median", "placement latency, median ms"),
+    ]
     labels = list(scenarios)
     for ax, (key, title) in zip(axes, metrics, strict=True):
         xs = range(len(labels))

@@ -43,8 +43,10 @@ def main() -> None:
             continue
         st = result.placement_status()
         span = st["span"]
-        print(f"{shape:8} {span['rack']:>5} {span['node']:>5} {span['block']:>6}  "
-              f"{st['level']:6} {st['domain']}")  # fmt: skip
+        print(
+            f"{shape:8} {span['rack']:>5} {span['node']:>5} {span['block']:>6}  "
+            f"{st['level']:6} {st['domain']}"
+        )
 
 
 if __name__ == "__main__":

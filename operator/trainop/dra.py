@@ -40,10 +40,16 @@ def claim_template(job: JobRef, role: str, gpus: int, config: DraConfig) -> dict
             ("gpu", config.gpu_device_class),
             ("nic", config.nic_device_class),
         ):
-            requests.append({
-                "name": f"{kind}-{i}",
-                "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1},
-            })  # fmt: skip
+            requests.append(
+                {
+                    "name": f"{kind}-{i}",
+                    "exactly": {
+                        "deviceClassName": device_class,
+                        "allocationMode": "ExactCount",
+                        "count": 1,
+                    },
+                }
+            )
         constraints.append(
             {"requests": [f"gpu-{i}", f"nic-{i}"], "matchAttribute": c.DRA_PCIE_ROOT_ATTRIBUTE}
         )

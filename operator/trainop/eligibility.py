@@ -269,9 +269,14 @@ def choose_and_place(
 ) -> GangChoice:
     """Choose the image and place the gang (see the module docstring)."""
     fleet, view = _build_fleet(
-        catalog, snapshot, options=options, constraints=constraints,
-        products=products, sharing=sharing, extra=extra_filter,
-    )  # fmt: skip
+        catalog,
+        snapshot,
+        options=options,
+        constraints=constraints,
+        products=products,
+        sharing=sharing,
+        extra=extra_filter,
+    )
     images = _ordered(candidates)
     tiers = [t for t, mode in enumerate(MODES) if mode in options.modes]
     tried: list[str] = []
@@ -285,8 +290,9 @@ def choose_and_place(
                     tried.append(f"{_label(image)}: no node can run it ({_why_none(fleet, image)})")
                 continue
             if eligible in refused:
-                tried.append(f"{_label(image)} [{MODES[tier]}]: NoFit, same nodes as "
-                             f"{refused[eligible]}")  # fmt: skip
+                tried.append(
+                    f"{_label(image)} [{MODES[tier]}]: NoFit, same nodes as {refused[eligible]}"
+                )
                 continue
             request = request_for(_filter_for(fleet, image, tier), image.image)
             if fleet.plain:  # equal keys, equal eligibility: place() shares the work
@@ -297,9 +303,13 @@ def choose_and_place(
                 used = _mode_used(fleet, view, image, result)
                 tried.append(f"{_label(image)} [{used}]: placed")
                 return GangChoice(
-                    image=image, result=result, compatibility=used, tried=tuple(tried),
-                    snapshot=view, gpu_resource=_resource(fleet, result),
-                )  # fmt: skip
+                    image=image,
+                    result=result,
+                    compatibility=used,
+                    tried=tuple(tried),
+                    snapshot=view,
+                    gpu_resource=_resource(fleet, result),
+                )
             refused[eligible] = _label(image)
             tried.append(f"{_label(image)} [{MODES[tier]}]: NoFit: {result.reason}")
             first_nofit = first_nofit or (image, result)
@@ -317,15 +327,19 @@ def _give_up(
     if first_nofit is not None:
         image, nofit = first_nofit
         details = (*nofit.details, "image choice, releases tried in order:", *brief(tried))
-        return GangChoice(image=image, result=NoFit(nofit.reason, details), tried=tried,
-                          snapshot=view)  # fmt: skip
+        return GangChoice(
+            image=image, result=NoFit(nofit.reason, details), tried=tried, snapshot=view
+        )
     # Nothing runs anywhere: report against the oldest candidate, whose needs are the lowest,
     # so the message names the real obstacle (e.g. an old driver).
     lowest = min(images, key=lambda i: i.release.key if i.release else (0, 0))
     return GangChoice(
-        image=lowest, result=None, tried=tried, snapshot=view,
+        image=lowest,
+        result=None,
+        tried=tried,
+        snapshot=view,
         incompatible=f"no node can run {lowest.image}: {_summary(fleet, view, lowest)}",
-    )  # fmt: skip
+    )
 
 
 def brief(tried: Sequence[str], limit: int = 12) -> tuple[str, ...]:
@@ -367,11 +381,13 @@ def _summary(fleet: _Fleet, snapshot: Snapshot, image: ImageChoice) -> str:
             head = why.split(" (node has")[0]
             verdict = Compat(False, why, KIND_EXCLUDED, head, node.gpu.product or "")
         elif node.gpus_allocatable <= 0:
-            verdict = check_node(fleet.catalog, node.gpu, image.cuda, image.release,
-                                 modes=fleet.modes)  # fmt: skip
+            verdict = check_node(
+                fleet.catalog, node.gpu, image.cuda, image.release, modes=fleet.modes
+            )
             if verdict.ok:
-                verdict = Compat(False, "no nvidia.com/gpu allocatable", KIND_NOT_GPU,
-                                 "not a GPU node", "")  # fmt: skip
+                verdict = Compat(
+                    False, "no nvidia.com/gpu allocatable", KIND_NOT_GPU, "not a GPU node", ""
+                )
         else:
             verdict = fleet.verdict(class_key(node.gpu), image)
         results.append((node.name, node.gpu, verdict))

@@ -19,8 +19,9 @@ def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> lis
     if not queue_name:
         return ["Queue:      (none: admitted on fit only)"]
     if queue_name.startswith("("):  # queueing.resolve.BUILTIN_QUEUE_NAME, not an object
-        return [f"Queue:      {queue_name}: no TrainingQueue serves the namespace; admitted on "
-                "fit only"]  # fmt: skip
+        return [
+            f"Queue:      {queue_name}: no TrainingQueue serves the namespace; admitted on fit only"
+        ]
     conds = {
         cd.get("type"): cd for cd in ((queue or {}).get("status") or {}).get("conditions") or []
     }
@@ -29,14 +30,18 @@ def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> lis
         return [f"Queue:      {queue_name} (INVALID: {active.get('message', '')})"]
     if queue is None:
         return [f"Queue:      {queue_name} (not found)"]
-    lines = [f"Queue:      {queue_name}  cohort={queue.get('spec', {}).get('cohort') or '-'}  "
-             f"weight={queue.get('spec', {}).get('weight', 1)}"]  # fmt: skip
+    lines = [
+        f"Queue:      {queue_name}  cohort={queue.get('spec', {}).get('cohort') or '-'}  "
+        f"weight={queue.get('spec', {}).get('weight', 1)}"
+    ]
     usage = (queue.get("status") or {}).get("usage") or []
     if usage:
         lines.append("  product        quota   used  borrowed  pending")
         for u in usage:
-            lines.append(f"  {u.get('name', '-'):<13} {u.get('quota', 0):>6} {u.get('used', 0):>6} "
-                         f"{u.get('borrowed', 0):>9} {u.get('pending', 0):>8}")  # fmt: skip
+            lines.append(
+                f"  {u.get('name', '-'):<13} {u.get('quota', 0):>6} {u.get('used', 0):>6} "
+                f"{u.get('borrowed', 0):>9} {u.get('pending', 0):>8}"
+            )
     return lines
 
 
@@ -62,14 +67,18 @@ def explain_text(
     lines += _queue_lines(queue, status.get("queue") or spec.get("queue"))
     if status.get("phase") == "Queued":
         pos = status.get("queuePosition")
-        lines.append(f"Waiting:    {status.get('pendingReason', '?')}"
-                     + (f" (position {pos} in queue)" if pos else ""))  # fmt: skip
+        lines.append(
+            f"Waiting:    {status.get('pendingReason', '?')}"
+            + (f" (position {pos} in queue)" if pos else "")
+        )
         if status.get("pendingMessage"):
             lines.append(f"  {status['pendingMessage']}")
     placement = status.get("placement")
     if placement:
-        lines.append(f"Placement:  {placement.get('level')} {placement.get('domain')}  "
-                     f"span={placement.get('span')}  score={placement.get('score')}")  # fmt: skip
+        lines.append(
+            f"Placement:  {placement.get('level')} {placement.get('domain')}  "
+            f"span={placement.get('span')}  score={placement.get('score')}"
+        )
         lines.append(f"  nodes (rank order): {', '.join(placement.get('nodes') or [])}")
         seconds = placement.get("estimatedAllreduceSeconds")
         if seconds is not None:
@@ -78,8 +87,10 @@ def explain_text(
                 f"(widest link: {placement.get('allreduceBottleneck') or '-'})"
             )
     if status.get("restartCount"):
-        lines.append(f"Restarts:   {status['restartCount']} (backoffLimit "
-                     f"{spec.get('runPolicy', {}).get('backoffLimit', 3)})")  # fmt: skip
+        lines.append(
+            f"Restarts:   {status['restartCount']} (backoffLimit "
+            f"{spec.get('runPolicy', {}).get('backoffLimit', 3)})"
+        )
     lines.append("Conditions:")
     lines += _cond_lines(status) or ["  (none)"]
     if pods:
@@ -87,8 +98,10 @@ def explain_text(
         for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
             labels = p["metadata"].get("labels") or {}
             gated = " gated" if (p.get("spec") or {}).get("schedulingGates") else ""
-            lines.append(f"  {p['metadata']['name']:<34} {(p.get('status') or {}).get('phase', '?'):<10} "
-                         f"rank={labels.get('trainop.dev/rank', '-'):<3} node={(p.get('spec') or {}).get('nodeName') or '-'}{gated}")  # fmt: skip
+            lines.append(
+                f"  {p['metadata']['name']:<34} {(p.get('status') or {}).get('phase', '?'):<10} "
+                f"rank={labels.get('trainop.dev/rank', '-'):<3} node={(p.get('spec') or {}).get('nodeName') or '-'}{gated}"
+            )
     if events:
         lines.append("Recent events:")
         for e in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")[

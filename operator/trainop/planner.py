@@ -362,14 +362,22 @@ def plan_job(
         return Wait("Incompatible", "the cluster has no nodes")
     chosen = choose_gang(spec, ref.name, snapshot, config)
     if chosen.result is None:
-        return Wait("Incompatible", chosen.incompatible or "no node can run the image",
-                    brief(chosen.tried))  # fmt: skip
+        return Wait(
+            "Incompatible", chosen.incompatible or "no node can run the image", brief(chosen.tried)
+        )
     if isinstance(chosen.result, NoFit):
         return Wait("NoFit", chosen.result.reason, tuple(chosen.result.details))
     plan = build_plan(
-        ref, spec, chosen.image, chosen.result, snapshot, config, gang_generation, gated,
+        ref,
+        spec,
+        chosen.image,
+        chosen.result,
+        snapshot,
+        config,
+        gang_generation,
+        gated,
         gpu_resource=chosen.gpu_resource,
-    )  # fmt: skip
+    )
     return replace(
         plan,
         compatibility=chosen.compatibility,

@@ -21,12 +21,36 @@ __all__ = ["YamlInputError", "dump_yaml", "dump_yaml_all", "load_yaml_documents"
 
 # YAML 1.1 booleans (go-yaml v2, which kubectl's sigs.k8s.io/yaml uses, includes y/n) and the
 # null spellings of both versions.
-_KEYWORDS = frozenset({
-    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
-    "true", "True", "TRUE", "false", "False", "FALSE",
-    "on", "On", "ON", "off", "Off", "OFF",
-    "null", "Null", "NULL", "~",
-})  # fmt: skip
+_KEYWORDS = frozenset(
+    {
+        "y",
+        "Y",
+        "yes",
+        "Yes",
+        "YES",
+        "n",
+        "N",
+        "no",
+        "No",
+        "NO",
+        "true",
+        "True",
+        "TRUE",
+        "false",
+        "False",
+        "FALSE",
+        "on",
+        "On",
+        "ON",
+        "off",
+        "Off",
+        "OFF",
+        "null",
+        "Null",
+        "NULL",
+        "~",
+    }
+)
 # YAML 1.1 sexagesimal numbers: 190:20:30 (int), 190:20:30.15 (float).
 _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")
 _DECIMAL = re.compile(r"[-+]?[0-9]+")  # YAML 1.2 core int: leading zeros allowed ("08" is 8)

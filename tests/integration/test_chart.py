@@ -578,14 +578,20 @@ def test_operator_with_chart_credentials_runs_a_job_end_to_end(
         ("get", "configmaps", "-n", "kube-system"),
         ("delete", "nodes", "--all", "--dry-run=server"),
         ("label", "nodes", "--all", "pwned=true", "--dry-run=server"),
-        ("create", "clusterrolebinding", "pwned", "--clusterrole=cluster-admin",
-         f"--serviceaccount={NS}:{SA}", "--dry-run=server"),
+        (
+            "create",
+            "clusterrolebinding",
+            "pwned",
+            "--clusterrole=cluster-admin",
+            f"--serviceaccount={NS}:{SA}",
+            "--dry-run=server",
+        ),
         ("create", "token", "default", "-n", "kube-system"),
         ("delete", "crd", "trainingjobs.trainop.dev", "--dry-run=server"),
         ("create", "deployment", "pwned", "-n", NS, "--image=busybox", "--dry-run=server"),
     ],
     ids=lambda a: " ".join(a[:3]),
-)  # fmt: skip
+)
 def test_chart_credentials_are_denied(sa_kubeconfig: Path, args: tuple[str, ...]) -> None:
     # Mutations are server dry-runs: authorization is checked first, so a wrongly granted
     # permission would fail this test without changing the cluster.

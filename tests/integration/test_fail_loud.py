@@ -37,8 +37,12 @@ def tj(ns: str, name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
 
 
 def tq(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "trainop.dev/v1alpha1", "kind": "TrainingQueue",
-            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def dry_run(kube: Kube, obj: dict[str, Any]) -> str:
@@ -52,21 +56,46 @@ SCHEMA_CASES = [
     ("name-fits", tj("default", "b" * 54), ""),
     ("name-too-long-for-pod-hostnames", tj("default", "b" * 55), "metadata.name is too long"),
     ("name-with-a-dot", tj("default", "bert.v2"), "DNS-1035"),
-    ("priority-class-not-a-name", tj("default", "a", priorityClassName="Hi There"),
-     "spec.priorityClassName"),
+    (
+        "priority-class-not-a-name",
+        tj("default", "a", priorityClassName="Hi There"),
+        "spec.priorityClassName",
+    ),
     ("queue-not-a-name", tj("default", "a", queue="Team_A"), "spec.queue"),
-    ("product-in-two-quotas", tq("dup-product", quotas=[
-        {"name": "x", "products": [H100], "gpus": 8}, {"name": "y", "products": [H100], "gpus": 8}]),
-     "a GPU product appears in two quotas"),
-    ("two-quotas-one-name", tq("dup-name", quotas=[
-        {"name": "x", "products": [H100], "gpus": 8}, {"name": "x", "products": [A100], "gpus": 8}]),
-     "two quotas have the same name"),
-    ("two-any-quotas", tq("two-any", quotas=[{"name": "a", "gpus": 8}, {"name": "b", "gpus": 8}]),
-     "only one quota may leave products empty"),
-    ("product-twice-in-one-quota", tq("dup-in-one", quotas=[{"products": [H100, H100], "gpus": 8}]),
-     "spec.quotas[0].products"),
+    (
+        "product-in-two-quotas",
+        tq(
+            "dup-product",
+            quotas=[
+                {"name": "x", "products": [H100], "gpus": 8},
+                {"name": "y", "products": [H100], "gpus": 8},
+            ],
+        ),
+        "a GPU product appears in two quotas",
+    ),
+    (
+        "two-quotas-one-name",
+        tq(
+            "dup-name",
+            quotas=[
+                {"name": "x", "products": [H100], "gpus": 8},
+                {"name": "x", "products": [A100], "gpus": 8},
+            ],
+        ),
+        "two quotas have the same name",
+    ),
+    (
+        "two-any-quotas",
+        tq("two-any", quotas=[{"name": "a", "gpus": 8}, {"name": "b", "gpus": 8}]),
+        "only one quota may leave products empty",
+    ),
+    (
+        "product-twice-in-one-quota",
+        tq("dup-in-one", quotas=[{"products": [H100, H100], "gpus": 8}]),
+        "spec.quotas[0].products",
+    ),
     ("good-queue", tq("good", quotas=[{"products": [H100], "gpus": 8}, {"gpus": 8}]), ""),
-]  # fmt: skip
+]
 
 
 @pytest.mark.usefixtures("crds_installed")
@@ -103,8 +132,14 @@ def test_missing_priority_class_is_invalid_until_it_exists(kube: Kube, namespace
     assert any(e["type"] == "Warning" and e["reason"] == "PriorityClassNotFound" for e in events)
     assert _pods(kube, namespace, "prio") == []
     assert kube.maybe_get("service", "prio", "-n", namespace) is None
-    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                "metadata": {"name": pc}, "value": 10})  # fmt: skip
+    kube.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": pc},
+            "value": 10,
+        }
+    )
     try:
         kube.wait_for(
             "admitted once the PriorityClass exists",
@@ -120,8 +155,15 @@ def test_missing_priority_class_is_invalid_until_it_exists(kube: Kube, namespace
 def test_broken_queue_fails_closed_then_admits_once_fixed(kube: Kube, namespace: str) -> None:
     qname = f"broken-{uuid.uuid4().hex[:6]}"
     # Passes CEL, but the first quota's group key is h100-80gb-hbm3, the second's name too.
-    broken = tq(qname, namespaces=[namespace], default=True, quotas=[
-        {"products": [H100], "gpus": 8}, {"name": "h100-80gb-hbm3", "products": [A100], "gpus": 8}])  # fmt: skip
+    broken = tq(
+        qname,
+        namespaces=[namespace],
+        default=True,
+        quotas=[
+            {"products": [H100], "gpus": 8},
+            {"name": "h100-80gb-hbm3", "products": [A100], "gpus": 8},
+        ],
+    )
     kube.apply(broken)
     privileged = {"containers": [{"name": "trainer", "securityContext": {"privileged": True}}]}
     job = tj(namespace, "tenant")
@@ -146,8 +188,14 @@ def test_broken_queue_fails_closed_then_admits_once_fixed(kube: Kube, namespace:
         tq_row = kube.run("get", "tq", qname, "--no-headers").stdout.split()
         assert tq_row[:2] == [qname, "False"], tq_row  # the ACTIVE column
         # Fixed: the same queue's policy now refuses the privileged pod (never the built-in).
-        kube.run("patch", "trainingqueue", qname, "--type=merge", "-p",
-                 json.dumps({"spec": {"quotas": [{"products": [A100], "gpus": 8}]}}))  # fmt: skip
+        kube.run(
+            "patch",
+            "trainingqueue",
+            qname,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"quotas": [{"products": [A100], "gpus": 8}]}}),
+        )
         kube.wait_for(
             "PolicyViolation",
             lambda: _status(kube, namespace, "tenant").get("phase") == "Invalid",

@@ -96,15 +96,21 @@ def job_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
     doc = {
         "apiVersion": c.API_VERSION,
         "kind": "TrainingJob",
-        "metadata": {"name": draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,14}[a-z0-9]\Z")), "namespace": namespace},
+        "metadata": {
+            "name": draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,14}[a-z0-9]\Z")),
+            "namespace": namespace,
+        },
         "spec": spec,
-    }  # fmt: skip
+    }
     worker = spec["replicaSpecs"]["Worker"]
     mutations = {
         "name": lambda: doc["metadata"].update(name=draw(names)),
         "framework": lambda: spec["framework"].update(
-            name=draw(st.sampled_from(["mpi", "tensorflow", "torch", "jax"]))),
-        "version": lambda: spec["framework"].update(version=draw(st.sampled_from(["9.9", "two", "2"]))),
+            name=draw(st.sampled_from(["mpi", "tensorflow", "torch", "jax"]))
+        ),
+        "version": lambda: spec["framework"].update(
+            version=draw(st.sampled_from(["9.9", "two", "2"]))
+        ),
         "cuda": lambda: spec.update(cuda=draw(st.sampled_from(["12", "abc", "99.9", "11.0"]))),
         "role": lambda: spec["replicaSpecs"].update({draw(roles): {"replicas": 1, "gpus": 0}}),
         "no-worker": lambda: spec.update(replicaSpecs={"Chief": {"replicas": 1, "gpus": 1}}),
@@ -113,18 +119,36 @@ def job_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
         "template": lambda: worker.update(template=draw(templates)),
         "image": lambda: spec.update(image=draw(st.sampled_from(["evil.io/x:1", "", "Bad Image"]))),
         "queue": lambda: spec.update(
-            queue=draw(st.sampled_from([f"fuzz-q-0-{run}", f"fuzz-q-1-{run}", "Bad_Q", "nope"]))),
+            queue=draw(st.sampled_from([f"fuzz-q-0-{run}", f"fuzz-q-1-{run}", "Bad_Q", "nope"]))
+        ),
         "priority": lambda: spec.update(
-            priorityClassName=draw(st.sampled_from(["missing-pc", "Bad Name", "fuzz-pc"]))),
-        "placement": lambda: spec.update(placement=draw(st.fixed_dictionaries({}, optional={
-            "topology": st.sampled_from(["rack", "galaxy"]),
-            "gpuProducts": st.sampled_from([[H100], ["NVIDIA-NOPE"], "A100"])}))),
-        "run-policy": lambda: spec.update(runPolicy=draw(st.fixed_dictionaries({}, optional={
-            "restartPolicy": st.sampled_from(["ExitCode", "Sometimes"]),
-            "backoffLimit": st.sampled_from([0, 3, -1]),
-            "activeDeadlineSeconds": st.sampled_from([0, 60])}))),
+            priorityClassName=draw(st.sampled_from(["missing-pc", "Bad Name", "fuzz-pc"]))
+        ),
+        "placement": lambda: spec.update(
+            placement=draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "topology": st.sampled_from(["rack", "galaxy"]),
+                        "gpuProducts": st.sampled_from([[H100], ["NVIDIA-NOPE"], "A100"]),
+                    },
+                )
+            )
+        ),
+        "run-policy": lambda: spec.update(
+            runPolicy=draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "restartPolicy": st.sampled_from(["ExitCode", "Sometimes"]),
+                        "backoffLimit": st.sampled_from([0, 3, -1]),
+                        "activeDeadlineSeconds": st.sampled_from([0, 60]),
+                    },
+                )
+            )
+        ),
         "unknown-field": lambda: spec.update(bogusField=1),
-    }  # fmt: skip
+    }
     broken = st.lists(st.sampled_from(sorted(mutations)), min_size=1, max_size=2, unique=True)
     for key in draw(broken):
         mutations[key]()
@@ -143,10 +167,15 @@ def queue_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
         "selector": lambda: spec.update(namespaceSelector={"matchLabels": {"trainop-fuzz": run}}),
         "default": lambda: spec.update(default=True),
         # Both pass CEL; the operator finds the clash (an unnamed quota's key is its product).
-        "group-key-clash": lambda: (quotas[0].pop("name"), quotas.append(
-            {"name": "h100-80gb-hbm3", "products": ["NVIDIA-H200"], "gpus": 1})),
-        "any-key-clash": lambda: quotas.append({"name": "any", "products": ["NVIDIA-H200"],
-                                                "gpus": 1}) if quotas[1].pop("name") else None,
+        "group-key-clash": lambda: (
+            quotas[0].pop("name"),
+            quotas.append({"name": "h100-80gb-hbm3", "products": ["NVIDIA-H200"], "gpus": 1}),
+        ),
+        "any-key-clash": lambda: (
+            quotas.append({"name": "any", "products": ["NVIDIA-H200"], "gpus": 1})
+            if quotas[1].pop("name")
+            else None
+        ),
         "same-product": lambda: quotas[1].update(products=[H100]),
         "same-name": lambda: quotas[1].update(name="h100"),
         "two-any": lambda: quotas[0].update(products=[]),
@@ -155,13 +184,23 @@ def queue_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
         "borrow": lambda: quotas[0].update(borrowingLimit=draw(st.sampled_from([-2, 0, 4]))),
         "weight": lambda: spec.update(weight=draw(st.sampled_from([0, -1, 0.5]))),
         "cohort": lambda: spec.update(cohort=f"fuzz-{run}"),
-        "policy": lambda: spec.update(policy=draw(st.fixed_dictionaries({}, optional={
-            "allowedImagePrefixes": st.sampled_from([["nvcr.io/nvidia/"], ["nvcr.io"], [""]]),
-            "maxGpusPerJob": st.sampled_from([1, 0, 8]),
-            "allowHostIPC": st.booleans(),
-            "allowHostPid": st.booleans()}))),
+        "policy": lambda: spec.update(
+            policy=draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "allowedImagePrefixes": st.sampled_from(
+                            [["nvcr.io/nvidia/"], ["nvcr.io"], [""]]
+                        ),
+                        "maxGpusPerJob": st.sampled_from([1, 0, 8]),
+                        "allowHostIPC": st.booleans(),
+                        "allowHostPid": st.booleans(),
+                    },
+                )
+            )
+        ),
         "unknown-field": lambda: spec.update(bogus=True),
-    }  # fmt: skip
+    }
     for key in draw(st.lists(st.sampled_from(sorted(mutations)), max_size=2, unique=True)):
         mutations[key]()
     name = draw(st.sampled_from(["fuzz-q-0", "fuzz-q-1", "fuzz-q-2", "fuzz-q-3", "Fuzz_Q"]))
@@ -210,10 +249,21 @@ def api(kube: Kube, crds_installed: None) -> client.CustomObjectsApi:
 def fuzz_ns(kube: Kube) -> Iterator[tuple[str, str]]:
     run = uuid.uuid4().hex[:6]
     ns = f"fuzz-{run}"
-    kube.apply({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns, "labels": {"trainop-fuzz": run}}})  # fmt: skip
-    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                "metadata": {"name": "fuzz-pc"}, "value": 5})  # fmt: skip
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"trainop-fuzz": run}},
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "fuzz-pc"},
+            "value": 5,
+        }
+    )
     yield ns, run
     kube.run("delete", "trainingqueues", "-l", f"trainop-fuzz={run}", "--wait=false", check=False)
     kube.run("delete", "trainingjobs", "--all", "-n", ns, "--wait=false", check=False)
@@ -292,8 +342,10 @@ def test_fuzzed_documents_are_refused_with_the_field_or_handled(
     started = time.monotonic()
     jobs()
     queues()
-    print(f"fuzz: {sum(tally.values())} documents in {time.monotonic() - started:.1f} s: "
-          f"{dict(sorted(tally.items()))}")  # fmt: skip
+    print(
+        f"fuzz: {sum(tally.values())} documents in {time.monotonic() - started:.1f} s: "
+        f"{dict(sorted(tally.items()))}"
+    )
     assert tally["job refused"] and any(k.startswith("job accepted") for k in tally)
 
     _run_live(api, kube, operator, ns, run, live_queues, live_jobs)

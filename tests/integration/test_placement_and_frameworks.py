@@ -177,10 +177,23 @@ def test_render_prints_what_the_operator_creates(kube: Kube, namespace: str, tmp
     job_file = tmp_path / "job.yaml"
     job_file.write_text(yaml.safe_dump(job))
     out = subprocess.run(
-        [sys.executable, "-m", "trainop.cli.main", "render", str(job_file), "--nodes", str(nodes),
-         "--pods", str(pods), "-o", "json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trainop.cli.main",
+            "render",
+            str(job_file),
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rendered = {
         o["metadata"]["name"]: o for o in json.loads(out.stdout)["items"] if o["kind"] == "Pod"
     }
@@ -226,10 +239,21 @@ def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
         ),
     )
     out = subprocess.run(
-        [sys.executable, "-m", "trainop.cli.main", "explain", "toobig", "-n", namespace,
-         "--kubeconfig", kube.kubeconfig],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trainop.cli.main",
+            "explain",
+            "toobig",
+            "-n",
+            namespace,
+            "--kubeconfig",
+            kube.kubeconfig,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "Phase:      Queued" in out.stdout
     assert "Waiting:    NoFit" in out.stdout
     assert "needs 12 x 8 GPUs" in out.stdout

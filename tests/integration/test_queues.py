@@ -39,11 +39,16 @@ def _job(namespace: str, name: str, replicas: int, **template_spec: Any) -> dict
         "spec": {
             "framework": {"name": "pytorch", "version": "2.4"},
             "cuda": "12.4",
-            "replicaSpecs": {"Worker": {"replicas": replicas, "gpus": 8,
-                                        "template": {"spec": {"containers": [{"name": "trainer"}], **template_spec}}}},
+            "replicaSpecs": {
+                "Worker": {
+                    "replicas": replicas,
+                    "gpus": 8,
+                    "template": {"spec": {"containers": [{"name": "trainer"}], **template_spec}},
+                }
+            },
             "placement": {"topology": "block", "mode": "Preferred", "gpuProducts": [H100]},
         },
-    }  # fmt: skip
+    }
 
 
 def _status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
@@ -71,7 +76,7 @@ def tenants(kube: Kube, request: pytest.FixtureRequest) -> Iterator[tuple[str, s
         return not any(
             (b := pod_binding(p)) is not None and b[1].startswith("h100-") and not is_terminated(p)
             for p in pods
-        )  # fmt: skip
+        )
 
     kube.wait_for("H100 nodes free", h100_free, timeout=90)
     for ns in (a, b):
@@ -95,10 +100,16 @@ def test_quota_borrowing_and_reclaim_preemption(kube: Kube, tenants: tuple[str, 
     kube.wait_for("a-borrow running", lambda: _running_pods(kube, a, "a-borrow") == 4, timeout=60)
     usage = kube.wait_for(
         "queue status shows borrowing",
-        lambda: next((u for u in (kube.get("trainingqueue", a).get("status") or {}).get("usage", [])
-                      if u["name"] == "h100" and u["borrowed"] == 32), None),
+        lambda: next(
+            (
+                u
+                for u in (kube.get("trainingqueue", a).get("status") or {}).get("usage", [])
+                if u["name"] == "h100" and u["borrowed"] == 32
+            ),
+            None,
+        ),
         timeout=40,
-    )  # fmt: skip
+    )
     assert usage["quota"] == 64 and usage["used"] == 96
 
     # Quota holds: alpha cannot borrow more than beta leaves idle (cohort has 32 idle; 5x8 > 32).

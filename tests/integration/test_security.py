@@ -25,11 +25,13 @@ def mpi_job(ns: str, name: str) -> dict[str, Any]:
         "spec": {
             "framework": {"name": "mpi"},
             "cuda": "12.4",
-            "replicaSpecs": {"Launcher": {"replicas": 1, "gpus": 0},
-                             "Worker": {"replicas": 1, "gpus": 1}},
+            "replicaSpecs": {
+                "Launcher": {"replicas": 1, "gpus": 0},
+                "Worker": {"replicas": 1, "gpus": 1},
+            },
             "placement": {"gpuProducts": [A100]},
         },
-    }  # fmt: skip
+    }
 
 
 def pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
@@ -43,8 +45,14 @@ def secret_of(pod: dict[str, Any]) -> str:
 
 def test_ssh_secret_is_owned_read_only_0400_and_per_job(kube: Kube, namespace: str) -> None:
     # A Secret squatting on the old `<job>-ssh` name is never mounted.
-    kube.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hv-ssh",
-                "namespace": namespace}, "stringData": {"id_ed25519": "not yours"}})  # fmt: skip
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hv-ssh", "namespace": namespace},
+            "stringData": {"id_ed25519": "not yours"},
+        }
+    )
     kube.apply([mpi_job(namespace, "hv"), mpi_job(namespace, "hw")])
     for name in ("hv", "hw"):
         kube.wait_for(f"{name} pods", lambda n=name: len(pods(kube, namespace, n)) == 2)
@@ -64,8 +72,9 @@ def test_ssh_secret_is_owned_read_only_0400_and_per_job(kube: Kube, namespace: s
         for pod in pods(kube, namespace, name):
             (vol,) = [v for v in pod["spec"]["volumes"] if v.get("secret")]
             assert vol["secret"]["defaultMode"] == 0o400
-            mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"]
-                      if m["name"] == vol["name"]]  # fmt: skip
+            mounts = [
+                m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == vol["name"]
+            ]
             assert mounts and all(m.get("readOnly") for m in mounts)
     assert keys["hv"] != keys["hw"]
     squatter = kube.get("secret", "hv-ssh", "-n", namespace)
@@ -74,8 +83,14 @@ def test_ssh_secret_is_owned_read_only_0400_and_per_job(kube: Kube, namespace: s
 
 def test_a_job_cannot_use_a_queue_of_another_namespace(kube: Kube, namespace: str) -> None:
     qname = f"other-{uuid.uuid4().hex[:6]}"
-    kube.apply({"apiVersion": "trainop.dev/v1alpha1", "kind": "TrainingQueue",
-                "metadata": {"name": qname}, "spec": {"namespaces": ["somewhere-else"]}})  # fmt: skip
+    kube.apply(
+        {
+            "apiVersion": "trainop.dev/v1alpha1",
+            "kind": "TrainingQueue",
+            "metadata": {"name": qname},
+            "spec": {"namespaces": ["somewhere-else"]},
+        }
+    )
     job = mpi_job(namespace, "intruder")
     job["spec"]["queue"] = qname
     try:

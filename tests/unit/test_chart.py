@@ -123,26 +123,62 @@ def test_schema_declares_every_default_value(
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        pytest.param(("operator", "metricsPort"), "http", "is not of type 'integer'", id="port-type"),
-        pytest.param(("operator", "healthPort"), 70000, "is greater than the maximum", id="port-range"),
+        pytest.param(
+            ("operator", "metricsPort"), "http", "is not of type 'integer'", id="port-type"
+        ),
+        pytest.param(
+            ("operator", "healthPort"), 70000, "is greater than the maximum", id="port-range"
+        ),
         pytest.param(("image", "pullPolicy"), "Sometimes", "is not one of", id="pull-policy"),
         pytest.param(("image", "digest"), "latest", "does not match", id="digest"),
-        pytest.param(("operator", "config", "topologyLevels"), [], "should be non-empty", id="no-levels"),
-        pytest.param(("operator", "config", "topologyLevel"), ["x"], "Additional properties", id="config-typo"),
-        pytest.param(("operator", "config", "restartBackoffSeconds"), 5, "Additional properties",
-                     id="backoff-is-a-flag"),
-        pytest.param(("operator", "config", "fabricProfiles"), [{"name": "p", "spec": {"fabric": "Ethernet"}}],
-                     "", id="bad-fabric"),
-        pytest.param(("operator", "config", "fabricProfiles"), [{"name": "p", "spec": {}}], "", id="no-fabric"),
-        pytest.param(("operator", "watchNamespaces"), ["Team_A"], "does not match", id="bad-namespace"),
-        pytest.param(("metrics", "serviceMonitor", "interval"), "30 seconds", "does not match", id="duration"),
-        pytest.param(("metrics", "prometheusRule", "reconcileErrors", "ratePerSecond"), -1,
-                     "less than the minimum", id="negative-rate"),
-        pytest.param(("dashboard", "labels"), {"grafana_dashboard": 1}, "is not of type 'string'",
-                     id="label-not-string"),
+        pytest.param(
+            ("operator", "config", "topologyLevels"), [], "should be non-empty", id="no-levels"
+        ),
+        pytest.param(
+            ("operator", "config", "topologyLevel"),
+            ["x"],
+            "Additional properties",
+            id="config-typo",
+        ),
+        pytest.param(
+            ("operator", "config", "restartBackoffSeconds"),
+            5,
+            "Additional properties",
+            id="backoff-is-a-flag",
+        ),
+        pytest.param(
+            ("operator", "config", "fabricProfiles"),
+            [{"name": "p", "spec": {"fabric": "Ethernet"}}],
+            "",
+            id="bad-fabric",
+        ),
+        pytest.param(
+            ("operator", "config", "fabricProfiles"),
+            [{"name": "p", "spec": {}}],
+            "",
+            id="no-fabric",
+        ),
+        pytest.param(
+            ("operator", "watchNamespaces"), ["Team_A"], "does not match", id="bad-namespace"
+        ),
+        pytest.param(
+            ("metrics", "serviceMonitor", "interval"), "30 seconds", "does not match", id="duration"
+        ),
+        pytest.param(
+            ("metrics", "prometheusRule", "reconcileErrors", "ratePerSecond"),
+            -1,
+            "less than the minimum",
+            id="negative-rate",
+        ),
+        pytest.param(
+            ("dashboard", "labels"),
+            {"grafana_dashboard": 1},
+            "is not of type 'string'",
+            id="label-not-string",
+        ),
         pytest.param(("replicaCount",), 2, "Additional properties", id="no-replicas"),
     ],
-)  # fmt: skip
+)
 def test_schema_rejects_bad_values(
     schema: dict[str, Any],
     defaults: dict[str, Any],

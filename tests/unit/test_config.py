@@ -34,18 +34,30 @@ def test_every_key(tmp_path: Path) -> None:
     data = {
         "topologyLevels": ["example.com/zone", c.LABEL_RACK, c.LABEL_HOSTNAME],
         "fabricProfiles": [
-            {"apiVersion": c.API_VERSION, "kind": "FabricProfile",
-             "metadata": {"name": "t4-tcp"}, "spec": TCP_SPEC},
-            {"name": "h100-roce", "spec": {"nodeSelector": {c.GFD_PRODUCT: "NVIDIA-H100-80GB-HBM3"},
-                                           "fabric": "RoCE", "gidIndex": 3}},
+            {
+                "apiVersion": c.API_VERSION,
+                "kind": "FabricProfile",
+                "metadata": {"name": "t4-tcp"},
+                "spec": TCP_SPEC,
+            },
+            {
+                "name": "h100-roce",
+                "spec": {
+                    "nodeSelector": {c.GFD_PRODUCT: "NVIDIA-H100-80GB-HBM3"},
+                    "fabric": "RoCE",
+                    "gidIndex": 3,
+                },
+            },
         ],
-        "catalogOverrides": {"images": {"pytorch": {"repository": "registry.local/nvidia/pytorch"}}},
+        "catalogOverrides": {
+            "images": {"pytorch": {"repository": "registry.local/nvidia/pytorch"}}
+        },
         "compatAffinity": False,
         "restartBackoffSeconds": 5,
         "restartBackoffMaxSeconds": 60.5,
         "imagePullGraceSeconds": 30,
         "topologyWaitSeconds": 120,
-    }  # fmt: skip
+    }
     cfg = load_operator_config(write(tmp_path, data))
     assert cfg.topology_levels == ("example.com/zone", c.LABEL_RACK, c.LABEL_HOSTNAME)
     assert [p.name for p in cfg.fabric_profiles] == ["t4-tcp", "h100-roce"]
@@ -67,32 +79,66 @@ def test_every_key(tmp_path: Path) -> None:
         pytest.param({"topologyLevels": []}, r"^topologyLevels: ", id="empty-levels"),
         pytest.param({"topologyLevels": "rack"}, r"^topologyLevels: ", id="levels-not-list"),
         pytest.param({"topologyLevels": ["a", ""]}, r"^topologyLevels\[1\]: ", id="empty-level"),
-        pytest.param({"topologyLevels": ["a", "a"]}, r"^topologyLevels: 'a' is listed twice",
-                     id="dup-level"),
+        pytest.param(
+            {"topologyLevels": ["a", "a"]}, r"^topologyLevels: 'a' is listed twice", id="dup-level"
+        ),
         pytest.param({"fabricProfiles": {"a": 1}}, r"^fabricProfiles: must be a list", id="map"),
         pytest.param({"fabricProfiles": ["x"]}, r"^fabricProfiles\[0\]: must be", id="scalar"),
-        pytest.param({"fabricProfiles": [{"name": "p", "spec": {"fabric": "Ethernet"}}]},
-                     r"^fabricProfiles\[0\]\.spec\.fabric: ", id="bad-fabric"),
-        pytest.param({"fabricProfiles": [{"name": "p", "spec": {"fabric": "TCP", "hcas": ["mlx5_0"]}}]},
-                     r"^fabricProfiles\[0\]\.spec: .*hcas", id="tcp-with-hcas"),
-        pytest.param({"fabricProfiles": [{"kind": "Node", "metadata": {"name": "p"}}]},
-                     r"^fabricProfiles\[0\]\.kind: expected FabricProfile", id="wrong-kind"),
-        pytest.param({"fabricProfiles": [{"kind": "FabricProfile", "spec": TCP_SPEC}]},
-                     r"^fabricProfiles\[0\]\.metadata\.name: required", id="no-name"),
-        pytest.param({"fabricProfiles": [{"apiVersion": "trainop.dev/v1", "kind": "FabricProfile",
-                                          "metadata": {"name": "p"}, "spec": TCP_SPEC}]},
-                     r"^fabricProfiles\[0\]\.apiVersion: ", id="wrong-version"),
-        pytest.param({"fabricProfiles": [{"name": "p", "spec": TCP_SPEC}, {"name": "p", "spec": TCP_SPEC}]},
-                     r"^fabricProfiles\[1\]: a second profile named 'p'", id="dup-profile"),
-        pytest.param({"catalogOverrides": ["x"]}, r"^catalogOverrides: must be a mapping", id="list"),
-        pytest.param({"catalogOverrides": {"releases": {"24.05": {"cuda": "twelve"}}}},
-                     r"^catalogOverrides: ", id="bad-catalog"),
-        pytest.param({"compatAffinity": "yes"}, r"^compatAffinity: must be true or false", id="bool"),
+        pytest.param(
+            {"fabricProfiles": [{"name": "p", "spec": {"fabric": "Ethernet"}}]},
+            r"^fabricProfiles\[0\]\.spec\.fabric: ",
+            id="bad-fabric",
+        ),
+        pytest.param(
+            {"fabricProfiles": [{"name": "p", "spec": {"fabric": "TCP", "hcas": ["mlx5_0"]}}]},
+            r"^fabricProfiles\[0\]\.spec: .*hcas",
+            id="tcp-with-hcas",
+        ),
+        pytest.param(
+            {"fabricProfiles": [{"kind": "Node", "metadata": {"name": "p"}}]},
+            r"^fabricProfiles\[0\]\.kind: expected FabricProfile",
+            id="wrong-kind",
+        ),
+        pytest.param(
+            {"fabricProfiles": [{"kind": "FabricProfile", "spec": TCP_SPEC}]},
+            r"^fabricProfiles\[0\]\.metadata\.name: required",
+            id="no-name",
+        ),
+        pytest.param(
+            {
+                "fabricProfiles": [
+                    {
+                        "apiVersion": "trainop.dev/v1",
+                        "kind": "FabricProfile",
+                        "metadata": {"name": "p"},
+                        "spec": TCP_SPEC,
+                    }
+                ]
+            },
+            r"^fabricProfiles\[0\]\.apiVersion: ",
+            id="wrong-version",
+        ),
+        pytest.param(
+            {"fabricProfiles": [{"name": "p", "spec": TCP_SPEC}, {"name": "p", "spec": TCP_SPEC}]},
+            r"^fabricProfiles\[1\]: a second profile named 'p'",
+            id="dup-profile",
+        ),
+        pytest.param(
+            {"catalogOverrides": ["x"]}, r"^catalogOverrides: must be a mapping", id="list"
+        ),
+        pytest.param(
+            {"catalogOverrides": {"releases": {"24.05": {"cuda": "twelve"}}}},
+            r"^catalogOverrides: ",
+            id="bad-catalog",
+        ),
+        pytest.param(
+            {"compatAffinity": "yes"}, r"^compatAffinity: must be true or false", id="bool"
+        ),
         pytest.param({"restartBackoffSeconds": -1}, r"^restartBackoffSeconds: ", id="negative"),
         pytest.param({"restartBackoffMaxSeconds": True}, r"^restartBackoffMaxSeconds: ", id="b"),
         pytest.param({"topologyWaitSeconds": -5}, r"^topologyWaitSeconds: ", id="wait-negative"),
     ],
-)  # fmt: skip
+)
 def test_errors_name_the_key(data: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         operator_config_from_data(data)

@@ -30,10 +30,22 @@ def test_one_pcie_root_constraint_per_gpu(gpus: int) -> None:
 def test_pod_claims_instead_of_extended_resources_and_keeps_cpu() -> None:
     pod = {
         "metadata": {"name": "bert-worker-0", "annotations": {}},
-        "spec": {"containers": [{"name": "trainer", "resources": {
-            "limits": {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1", "cpu": "8"},
-            "requests": {"nvidia.com/gpu": "8"}}}]},
-    }  # fmt: skip
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": "8",
+                            "rdma/rdma_shared_device_a": "1",
+                            "cpu": "8",
+                        },
+                        "requests": {"nvidia.com/gpu": "8"},
+                    },
+                }
+            ]
+        },
+    }
     out = use_claim(pod, "bert", "Worker", 8)
     res = out["spec"]["containers"][0]["resources"]
     assert res["limits"] == {"cpu": "8"} and "requests" not in res

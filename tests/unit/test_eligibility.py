@@ -202,14 +202,20 @@ def _two_racks() -> Snapshot:
         node("b1", A100, "550.54.15", "r2", labels={"pool": "batch", "tier": "3"}),
         node("b2", A100, "550.54.15", "r2", labels={"pool": "batch", "tier": "5"}),
         node(
-            "t1", A100, "550.54.15", "r3",
+            "t1",
+            A100,
+            "550.54.15",
+            "r3",
             taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
         ),
         node(
-            "t2", A100, "550.54.15", "r3",
+            "t2",
+            A100,
+            "550.54.15",
+            "r3",
             taints=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
         ),
-    )  # fmt: skip
+    )
 
 
 def _affinity(*exprs: dict[str, Any]) -> dict[str, Any]:
@@ -242,20 +248,38 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
         pytest.param(_affinity(_expr("tier", "Exists")), {"b1", "b2"}, id="Exists"),
         pytest.param(
             _affinity(_expr("pool", "DoesNotExist"), _expr("tier", "DoesNotExist")),
-            None, id="DoesNotExist-only-tainted-left",
+            None,
+            id="DoesNotExist-only-tainted-left",
         ),
         pytest.param(
-            {"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml",
-                                       "effect": "NoSchedule"}],
-                      "nodeSelector": {c.LABEL_RACK: "r3"}}},
-            {"t1", "t2"}, id="tolerated-taint",
+            {
+                "spec": {
+                    "tolerations": [
+                        {
+                            "key": "dedicated",
+                            "operator": "Equal",
+                            "value": "ml",
+                            "effect": "NoSchedule",
+                        }
+                    ],
+                    "nodeSelector": {c.LABEL_RACK: "r3"},
+                }
+            },
+            {"t1", "t2"},
+            id="tolerated-taint",
         ),
         pytest.param(
-            {"spec": {"tolerations": [{"operator": "Exists"}], "nodeSelector": {c.LABEL_RACK: "r3"}}},
-            {"t1", "t2"}, id="tolerate-everything",
+            {
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],
+                    "nodeSelector": {c.LABEL_RACK: "r3"},
+                }
+            },
+            {"t1", "t2"},
+            id="tolerate-everything",
         ),
     ],
-)  # fmt: skip
+)
 def test_template_constraints_shape_eligibility(
     template: dict[str, Any], nodes: set[str] | None
 ) -> None:

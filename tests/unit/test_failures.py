@@ -25,8 +25,10 @@ def raw(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def term(code: int, reason: str = "Error", message: str = "") -> dict[str, Any]:
-    return {"name": "trainer", "state": {"terminated": {"exitCode": code, "reason": reason,
-                                                        "message": message}}}  # fmt: skip
+    return {
+        "name": "trainer",
+        "state": {"terminated": {"exitCode": code, "reason": reason, "message": message}},
+    }
 
 
 # (id, pod, reason, exit code, text in the message)
@@ -38,46 +40,162 @@ CLASSIFY = [
     ("oom", pod(P).oom_killed(), "OOMKilled", 137, "raise the container's memory limit"),
     ("evicted", pod(P).evicted(), "Evicted", None, "low on resource: memory"),
     ("node-lost-condition", pod(P).node_lost(), "NodeLost", None, "node no longer exists"),
-    ("node-lost-reason", raw({"phase": "Failed", "reason": "NodeLost", "message": "gone"}),
-     "NodeLost", None, "lost its node: gone"),
-    ("node-shutdown", raw({"phase": "Failed", "reason": "Terminated",
-                           "message": "Pod was terminated in response to imminent node shutdown."}),
-     "NodeLost", None, "imminent node shutdown"),
-    ("taint-manager", raw({"phase": "Failed", "conditions": [
-        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]}),
-     "NodeLost", None, "DeletionByTaintManager"),
-    ("disruption-false-is-not-lost", raw({"phase": "Failed", "conditions": [
-        {"type": "DisruptionTarget", "status": "False", "reason": "DeletionByTaintManager"}]}),
-     "Unknown", None, "no exit status"),
-    ("preemption-disruption-is-not-node-loss", raw({"phase": "Failed", "conditions": [
-        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
-        "containerStatuses": [term(137)]}), "Signal", 137, "signal 9"),
-    ("nccl-error", pod(P).terminated(1, message="torch.distributed.DistBackendError: NCCL error "
-                                                "in: ProcessGroupNCCL.cpp:1970, unhandled system "
-                                                "error"), "NCCLError", 1, "NCCL error in"),
-    ("nccl-remote-error", pod(P).terminated(1, message="ncclRemoteError: A call failed "
-                                                       "possibly due to a network error"),
-     "NCCLError", 1, "ncclRemoteError"),
-    ("nccl-abort", pod(P).terminated(134, message="NCCL communicator was aborted on rank 3"),
-     "NCCLError", 134, "aborted"),
-    ("xid-kernel-line", pod(P).terminated(1, message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1"),
-     "GPUXid", 1, "GPU Xid 79 (GPU has fallen off the bus)"),
-    ("xid-short", pod(P).terminated(1, message="saw Xid 48 on GPU 2"), "GPUXid", 1,
-     "double-bit ECC"),
+    (
+        "node-lost-reason",
+        raw({"phase": "Failed", "reason": "NodeLost", "message": "gone"}),
+        "NodeLost",
+        None,
+        "lost its node: gone",
+    ),
+    (
+        "node-shutdown",
+        raw(
+            {
+                "phase": "Failed",
+                "reason": "Terminated",
+                "message": "Pod was terminated in response to imminent node shutdown.",
+            }
+        ),
+        "NodeLost",
+        None,
+        "imminent node shutdown",
+    ),
+    (
+        "taint-manager",
+        raw(
+            {
+                "phase": "Failed",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "DeletionByTaintManager",
+                    }
+                ],
+            }
+        ),
+        "NodeLost",
+        None,
+        "DeletionByTaintManager",
+    ),
+    (
+        "disruption-false-is-not-lost",
+        raw(
+            {
+                "phase": "Failed",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "False",
+                        "reason": "DeletionByTaintManager",
+                    }
+                ],
+            }
+        ),
+        "Unknown",
+        None,
+        "no exit status",
+    ),
+    (
+        "preemption-disruption-is-not-node-loss",
+        raw(
+            {
+                "phase": "Failed",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "PreemptionByScheduler",
+                    }
+                ],
+                "containerStatuses": [term(137)],
+            }
+        ),
+        "Signal",
+        137,
+        "signal 9",
+    ),
+    (
+        "nccl-error",
+        pod(P).terminated(
+            1,
+            message="torch.distributed.DistBackendError: NCCL error "
+            "in: ProcessGroupNCCL.cpp:1970, unhandled system "
+            "error",
+        ),
+        "NCCLError",
+        1,
+        "NCCL error in",
+    ),
+    (
+        "nccl-remote-error",
+        pod(P).terminated(
+            1, message="ncclRemoteError: A call failed possibly due to a network error"
+        ),
+        "NCCLError",
+        1,
+        "ncclRemoteError",
+    ),
+    (
+        "nccl-abort",
+        pod(P).terminated(134, message="NCCL communicator was aborted on rank 3"),
+        "NCCLError",
+        134,
+        "aborted",
+    ),
+    (
+        "xid-kernel-line",
+        pod(P).terminated(1, message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1"),
+        "GPUXid",
+        1,
+        "GPU Xid 79 (GPU has fallen off the bus)",
+    ),
+    (
+        "xid-short",
+        pod(P).terminated(1, message="saw Xid 48 on GPU 2"),
+        "GPUXid",
+        1,
+        "double-bit ECC",
+    ),
     ("xid-unknown-number", pod(P).terminated(1, message="Xid: 999"), "GPUXid", 1, "GPU Xid 999"),
-    ("xid-beats-nccl", pod(P).terminated(1, message="Xid 74\nNCCL error: remote"), "GPUXid", 1,
-     "NVLink"),
+    (
+        "xid-beats-nccl",
+        pod(P).terminated(1, message="Xid 74\nNCCL error: remote"),
+        "GPUXid",
+        1,
+        "NVLink",
+    ),
     ("xid-beats-oom", pod(P).terminated(137, "OOMKilled", "Xid 31"), "GPUXid", 137, "page fault"),
     ("no-exit-status", pod(P).failed(None), "Unknown", None, "no exit status"),
-    ("zero-sidecar-nonzero-trainer", raw({"phase": "Failed", "containerStatuses": [
-        term(0, "Completed"), term(3)]}), "ExitCode", 3, "code 3"),
-    ("init-container-failed", raw({"phase": "Failed", "initContainerStatuses": [term(2)]}),
-     "ExitCode", 2, "code 2"),
-    ("garbage-exit-code", raw({"phase": "Failed", "containerStatuses": [
-        {"name": "t", "state": {"terminated": {"exitCode": "x"}}}]}), "Unknown", None, ""),
+    (
+        "zero-sidecar-nonzero-trainer",
+        raw({"phase": "Failed", "containerStatuses": [term(0, "Completed"), term(3)]}),
+        "ExitCode",
+        3,
+        "code 3",
+    ),
+    (
+        "init-container-failed",
+        raw({"phase": "Failed", "initContainerStatuses": [term(2)]}),
+        "ExitCode",
+        2,
+        "code 2",
+    ),
+    (
+        "garbage-exit-code",
+        raw(
+            {
+                "phase": "Failed",
+                "containerStatuses": [{"name": "t", "state": {"terminated": {"exitCode": "x"}}}],
+            }
+        ),
+        "Unknown",
+        None,
+        "",
+    ),
     ("garbage-status", {"metadata": {"name": P}, "status": "oops"}, "Unknown", None, ""),
     ("no-status", {"metadata": {"name": P}}, "Unknown", None, ""),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -134,8 +252,14 @@ def test_image_pull_failures_name_the_image(obj: PodBuilder, permanent: bool) ->
 
 
 def test_image_taken_from_the_spec_when_the_status_lacks_it() -> None:
-    body = raw({"phase": "Pending", "containerStatuses": [
-        {"name": "trainer", "state": {"waiting": {"reason": "ErrImagePull"}}}]})  # fmt: skip
+    body = raw(
+        {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "trainer", "state": {"waiting": {"reason": "ErrImagePull"}}}
+            ],
+        }
+    )
     body["spec"] = {"containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:1"}]}
     got = image_pull_failure(body)
     assert got is not None and "nvcr.io/nvidia/pytorch:1" in got[0].message

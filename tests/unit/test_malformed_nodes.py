@@ -29,22 +29,55 @@ CATALOG = load_catalog()
 FLEET = tuple(node_manifests(load_fleet()))
 
 GFD_KEYS = [
-    c.GFD_PRODUCT, c.GFD_COUNT, c.GFD_MEMORY, c.GFD_FAMILY, c.GFD_COMPUTE_MAJOR,
-    c.GFD_COMPUTE_MINOR, c.GFD_DRIVER_MAJOR, c.GFD_DRIVER_MINOR, c.GFD_DRIVER_REVISION,
-    c.GFD_DRIVER_FULL, c.GFD_RUNTIME_MAJOR, c.GFD_RUNTIME_MINOR, c.GFD_DRIVER_MAJOR_OLD,
-    c.GFD_DRIVER_MINOR_OLD, c.GFD_DRIVER_REV_OLD, c.GFD_RUNTIME_MAJOR_OLD,
-    c.GFD_RUNTIME_MINOR_OLD, c.GFD_MIG_CAPABLE, c.LABEL_GPU_CLIQUE, c.LABEL_RACK, c.LABEL_BLOCK,
+    c.GFD_PRODUCT,
+    c.GFD_COUNT,
+    c.GFD_MEMORY,
+    c.GFD_FAMILY,
+    c.GFD_COMPUTE_MAJOR,
+    c.GFD_COMPUTE_MINOR,
+    c.GFD_DRIVER_MAJOR,
+    c.GFD_DRIVER_MINOR,
+    c.GFD_DRIVER_REVISION,
+    c.GFD_DRIVER_FULL,
+    c.GFD_RUNTIME_MAJOR,
+    c.GFD_RUNTIME_MINOR,
+    c.GFD_DRIVER_MAJOR_OLD,
+    c.GFD_DRIVER_MINOR_OLD,
+    c.GFD_DRIVER_REV_OLD,
+    c.GFD_RUNTIME_MAJOR_OLD,
+    c.GFD_RUNTIME_MINOR_OLD,
+    c.GFD_MIG_CAPABLE,
+    c.LABEL_GPU_CLIQUE,
+    c.LABEL_RACK,
+    c.LABEL_BLOCK,
     c.LABEL_HOSTNAME,
-]  # fmt: skip
+]
 
 label_values = st.one_of(
-    st.sampled_from(["", " ", "550", "550.54.14", "550.54", "abc", "5.5.5.5.5", "-1", "12",
-                     "12.4", "0", "99999999999999999999", "NVIDIA-H100-80GB-HBM3", "1e3", "٣"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "550",
+            "550.54.14",
+            "550.54",
+            "abc",
+            "5.5.5.5.5",
+            "-1",
+            "12",
+            "12.4",
+            "0",
+            "99999999999999999999",
+            "NVIDIA-H100-80GB-HBM3",
+            "1e3",
+            "٣",
+        ]
+    ),
     st.text(max_size=12),
     st.integers(-5, 10**6).map(str),
     st.none(),  # the label goes away
     st.integers(0, 9),  # not a string at all (a broken client wrote it)
-)  # fmt: skip
+)
 quantities = st.one_of(
     st.sampled_from(["8", "0", "-8", "8.5", "1k", "abc", "", "4Gi", "1e2", "100m"]),
     st.integers(-3, 16),

@@ -26,36 +26,50 @@ COMPAT = (
 
 def plan(**kw: Any) -> PodPlan:
     base: dict[str, Any] = {
-        "role": "Worker", "index": 1, "rank": 1, "gpus": 8, "node": "a100-02",
+        "role": "Worker",
+        "index": 1,
+        "rank": 1,
+        "gpus": 8,
+        "node": "a100-02",
         "image": "nvcr.io/nvidia/pytorch:24.07-py3",
         "env": {"PET_NODE_RANK": "1", "NCCL_IB_HCA": "=mlx5_0,mlx5_1"},
-    }  # fmt: skip
+    }
     base.update(kw)
     return PodPlan(**base)
 
 
 USER_TEMPLATE: dict[str, Any] = {
-    "metadata": {"labels": {"team": "nlp", c.LABEL_JOB_NAME: "spoofed"},
-                 "annotations": {"owner": "alice"}},
+    "metadata": {
+        "labels": {"team": "nlp", c.LABEL_JOB_NAME: "spoofed"},
+        "annotations": {"owner": "alice"},
+    },
     "spec": {
         "containers": [
             {
                 "name": "main",
                 "command": ["torchrun", "train.py"],
-                "env": [{"name": "NCCL_IB_HCA", "value": "=mlx5_0"},
-                        {"name": "HF_HOME", "value": "/cache"}],
-                "resources": {"limits": {"cpu": "32", "memory": "256Gi"},
-                              "requests": {"cpu": "16", "memory": "128Gi"}},
+                "env": [
+                    {"name": "NCCL_IB_HCA", "value": "=mlx5_0"},
+                    {"name": "HF_HOME", "value": "/cache"},
+                ],
+                "resources": {
+                    "limits": {"cpu": "32", "memory": "256Gi"},
+                    "requests": {"cpu": "16", "memory": "128Gi"},
+                },
                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],
             },
-            {"name": "logshipper", "image": "fluent/fluent-bit:3.0",
-             "env": [{"name": "X", "value": "1"}], "resources": {"limits": {"cpu": "1"}}},
+            {
+                "name": "logshipper",
+                "image": "fluent/fluent-bit:3.0",
+                "env": [{"name": "X", "value": "1"}],
+                "resources": {"limits": {"cpu": "1"}},
+            },
         ],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "ds"}}],
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml"}],
         "nodeSelector": {"pool": "gpu"},
     },
-}  # fmt: skip
+}
 
 
 def test_names_and_fixed_labels() -> None:
@@ -72,8 +86,14 @@ def test_names_and_fixed_labels() -> None:
 def test_owner_reference() -> None:
     pod = build_pod(JOB, plan(), {}, gang_generation=0)
     (ref,) = pod["metadata"]["ownerReferences"]
-    assert ref == {"apiVersion": c.API_VERSION, "kind": "TrainingJob", "name": "bert",
-                   "uid": "1234", "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    assert ref == {
+        "apiVersion": c.API_VERSION,
+        "kind": "TrainingJob",
+        "name": "bert",
+        "uid": "1234",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def test_user_template_is_merged() -> None:
@@ -106,9 +126,10 @@ def test_user_template_is_merged() -> None:
 
 def test_user_image_is_kept() -> None:
     template = {"spec": {"containers": [{"name": "t", "image": "my/img:1"}]}}
-    assert build_pod(JOB, plan(), template, gang_generation=0)["spec"]["containers"][0][
-        "image"
-    ] == "my/img:1"  # fmt: skip
+    assert (
+        build_pod(JOB, plan(), template, gang_generation=0)["spec"]["containers"][0]["image"]
+        == "my/img:1"
+    )
 
 
 def test_no_template_gives_a_trainer_container() -> None:
@@ -125,12 +146,17 @@ def test_rdma_capabilities_and_shm() -> None:
     assert {"name": "dshm", "mountPath": "/dev/shm"} in ctr["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["spec"][
         "volumes"
-    ]  # fmt: skip
+    ]
 
 
 def test_user_capabilities_are_kept() -> None:
-    template = {"spec": {"containers": [{"name": "t", "securityContext": {
-        "capabilities": {"add": ["SYS_PTRACE"]}}}]}}  # fmt: skip
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "t", "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}
+            ]
+        }
+    }
     pod = build_pod(JOB, plan(capabilities=("IPC_LOCK",)), template, gang_generation=0)
     caps = pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"]
     assert caps == ["IPC_LOCK", "SYS_PTRACE"]
@@ -138,9 +164,9 @@ def test_user_capabilities_are_kept() -> None:
 
 def test_pin_is_anded_into_every_compat_term() -> None:
     pod = build_pod(JOB, plan(compat_terms=COMPAT), {}, gang_generation=0)
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"
-    ]  # fmt: skip
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert len(terms) == 2
     assert pinned_node(pod) == "a100-02"
     assert terms[1]["matchExpressions"][1]["key"] == c.GFD_DRIVER_MAJOR_OLD
@@ -163,13 +189,14 @@ def test_compat_terms_are_not_shared_with_the_input() -> None:
     aff = pod["spec"]["affinity"]["nodeAffinity"]
     aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
         "matchExpressions"
-    ][1]["values"].append("x")  # fmt: skip
+    ][1]["values"].append("x")
     assert compat == COMPAT
 
 
 def test_cpu_pod_is_not_pinned_and_gets_no_gpu() -> None:
-    pod = build_pod(JOB, plan(role="Launcher", index=0, rank=None, gpus=0, node=None), {},
-                    gang_generation=0)  # fmt: skip
+    pod = build_pod(
+        JOB, plan(role="Launcher", index=0, rank=None, gpus=0, node=None), {}, gang_generation=0
+    )
     assert "affinity" not in pod["spec"]
     assert "tolerations" not in pod["spec"]
     assert "resources" not in pod["spec"]["containers"][0]
@@ -188,18 +215,33 @@ def test_ungated_pod_has_no_admission_gate() -> None:
 
 
 def test_command_prefix_and_ports() -> None:
-    template = {"spec": {"containers": [{"name": "t", "command": ["mpirun", "x"],
-                                         "ports": [{"containerPort": 22}]}]}}  # fmt: skip
-    pod = build_pod(JOB, plan(command_prefix=("sh", "-c", 'exec "$@"', "--"), ports=(22, 2222)),
-                    template, gang_generation=0)  # fmt: skip
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "t", "command": ["mpirun", "x"], "ports": [{"containerPort": 22}]}
+            ]
+        }
+    }
+    pod = build_pod(
+        JOB,
+        plan(command_prefix=("sh", "-c", 'exec "$@"', "--"), ports=(22, 2222)),
+        template,
+        gang_generation=0,
+    )
     ctr = pod["spec"]["containers"][0]
     assert ctr["command"] == ["sh", "-c", 'exec "$@"', "--", "mpirun", "x"]
     assert ctr["ports"] == [{"containerPort": 22}, {"containerPort": 2222, "name": "trainop-1"}]
 
 
 def test_priority_class_and_config_mount() -> None:
-    pod = build_pod(JOB, plan(mount_config=True), {}, gang_generation=0,
-                    priority_class_name="high", config_map="bert-config")  # fmt: skip
+    pod = build_pod(
+        JOB,
+        plan(mount_config=True),
+        {},
+        gang_generation=0,
+        priority_class_name="high",
+        config_map="bert-config",
+    )
     assert pod["spec"]["priorityClassName"] == "high"
     assert {"name": "trainop-config", "configMap": {"name": "bert-config"}} in pod["spec"][
         "volumes"

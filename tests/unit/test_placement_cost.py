@@ -39,7 +39,7 @@ def node(name: str) -> NodeInfo:
         pytest.param(T4, (12.0, 3.125), id="pcie-default"),
         pytest.param(None, (12.0, 3.125), id="no-product-label"),
     ],
-)  # fmt: skip
+)
 def test_class_defaults(product: str | None, expected: tuple[float, float]) -> None:
     assert class_defaults(product) == expected
 
@@ -52,7 +52,7 @@ def test_class_defaults(product: str | None, expected: tuple[float, float]) -> N
         pytest.param(["n-b0-r0-0", "n-b0-r1-0"], "block", id="two-racks-one-block"),
         pytest.param(["n-b0-r0-0", "n-b1-r0-0"], "cluster", id="two-blocks"),
     ],
-)  # fmt: skip
+)
 def test_common_level(names: list[str], level: str) -> None:
     assert common_level([node(n) for n in names], NAMES) == level
 
@@ -76,17 +76,19 @@ def _ring(n: int, bw: float) -> float:
         pytest.param([8, 8], "rack", _ring(16, 370), "ring", id="two-nodes-one-rack"),
         pytest.param([8, 8], "block", _ring(16, 200), "ring", id="spine-oversubscribed-2x"),
         # Across blocks the network is the bottleneck: hierarchical (2 nodes) wins.
-        pytest.param([8, 8], "cluster", 2 * 7 / 8 * S / 370 + S / 100, "hierarchical",
-                     id="across-blocks-4x"),
+        pytest.param(
+            [8, 8], "cluster", 2 * 7 / 8 * S / 370 + S / 100, "hierarchical", id="across-blocks-4x"
+        ),
         pytest.param([8, 8], "clique", _ring(16, 370), "ring", id="nvlink-clique"),
         # One GPU per node: every hop is a NIC rail.
         pytest.param([1, 1, 1, 1], "rack", _ring(4, 50), "ring", id="one-gpu-per-node"),
         # The emptiest node (2 GPUs) bounds the network part (2 x 50), the fullest the
         # part inside nodes.
-        pytest.param([8, 2], "rack", 2 * 7 / 8 * S / 370 + S / 100, "hierarchical",
-                     id="uneven-nodes"),
+        pytest.param(
+            [8, 2], "rack", 2 * 7 / 8 * S / 370 + S / 100, "hierarchical", id="uneven-nodes"
+        ),
     ],
-)  # fmt: skip
+)
 def test_allreduce_time(
     gpus_per_node: list[int], level: str, seconds: float, algorithm: str
 ) -> None:
@@ -122,13 +124,18 @@ def _profile(fabric: str, **bandwidth: float) -> FabricProfile:
         pytest.param(_profile("InfiniBand"), LinkSpeeds(370, 50), id="rdma-profile"),
         pytest.param(_profile("TCP"), LinkSpeeds(370, 12.5 * 0.6 / 8), id="tcp-shares-one-port"),
         pytest.param(
-            _profile("RoCE", nvlinkGbps=300, networkGbpsPerGpu=25, spineOversubscription=1,
-                     blockOversubscription=1.5),
+            _profile(
+                "RoCE",
+                nvlinkGbps=300,
+                networkGbpsPerGpu=25,
+                spineOversubscription=1,
+                blockOversubscription=1.5,
+            ),
             LinkSpeeds(300, 25, 1, 1.5),
             id="profile-overrides",
         ),
     ],
-)  # fmt: skip
+)
 def test_speeds_for(profile: FabricProfile | None, expected: LinkSpeeds) -> None:
     assert speeds_for(node("n-b0-r0-0"), profile) == expected
 
@@ -169,7 +176,7 @@ def test_placements_carry_the_estimate() -> None:
         # Spread beyond a node (Preferred): the candidates are priced, H100's fabric wins.
         pytest.param("node", "h-", id="spread-priced"),
     ],
-)  # fmt: skip
+)
 def test_cost_prices_spread_candidates_only(topology: str, prefix: str) -> None:
     nodes = grid(racks=1, nodes=2, product=A100, prefix="a") + grid(racks=1, nodes=2, prefix="h")
     for n in nodes[2:]:

@@ -139,9 +139,14 @@ def test_rdma_nodes_get_rdma_resource_ipc_lock_and_shm() -> None:
 
 
 def test_t4_tcp_nodes_disable_ib() -> None:
-    body = Job("t4").framework("pytorch").cuda("12.0").workers(2, 4).placement(
-        "rack", products=[T4]
-    ).obj()  # fmt: skip
+    body = (
+        Job("t4")
+        .framework("pytorch")
+        .cuda("12.0")
+        .workers(2, 4)
+        .placement("rack", products=[T4])
+        .obj()
+    )
     p = plan(body)
     assert len(p.placement.nodes) == 2
     for pod in p.pods:
@@ -154,8 +159,14 @@ def test_t4_tcp_nodes_disable_ib() -> None:
 
 def test_cuda_13_lands_on_h100_only() -> None:
     for replicas in (1, 2, 4, 12):
-        p = plan(Job("c13").framework("pytorch").cuda("13.0").workers(replicas, 8)
-                 .placement("rack", "Preferred").obj())  # fmt: skip
+        p = plan(
+            Job("c13")
+            .framework("pytorch")
+            .cuda("13.0")
+            .workers(replicas, 8)
+            .placement("rack", "Preferred")
+            .obj()
+        )
         assert {node_product(n) for n in p.placement.nodes} == {H100}, replicas
 
 
@@ -167,8 +178,14 @@ def test_cuda_13_beyond_the_h100s_waits() -> None:
 def test_gpu_products_drive_the_image_choice() -> None:
     """An A100-only job with CUDA 12.4 runs on the A100s: the image is chosen among what the
     allowed nodes can run, not what some H100 can."""
-    p = plan(Job("a").framework("pytorch").cuda("12.4").workers(2, 8)
-             .placement("rack", products=[A100]).obj())  # fmt: skip
+    p = plan(
+        Job("a")
+        .framework("pytorch")
+        .cuda("12.4")
+        .workers(2, 8)
+        .placement("rack", products=[A100])
+        .obj()
+    )
     assert {node_product(n) for n in p.placement.nodes} == {A100}
 
 
@@ -186,18 +203,28 @@ def test_rack_preferred_spans_racks() -> None:
 
 
 def test_v100_only_with_cuda_12_waits_incompatible() -> None:
-    body = Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement(
-        "node", products=[V100]
-    ).obj()  # fmt: skip
+    body = (
+        Job("v")
+        .framework("pytorch")
+        .cuda("12.4")
+        .workers(1, 8)
+        .placement("node", products=[V100])
+        .obj()
+    )
     w = wait(body)
     assert w.reason == "Incompatible"
     assert V100 in w.message
 
 
 def test_v100_only_with_cuda_12_names_the_driver() -> None:
-    body = Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement(
-        "node", products=[V100]
-    ).obj()  # fmt: skip
+    body = (
+        Job("v")
+        .framework("pytorch")
+        .cuda("12.4")
+        .workers(1, 8)
+        .placement("node", products=[V100])
+        .obj()
+    )
     w = wait(body)
     assert "418.87.01" in w.message and "driver" in w.message
 
@@ -211,12 +238,13 @@ def test_v100_only_with_cuda_12_names_the_driver() -> None:
         pytest.param(lambda j: j.role("Chief", 1, 8), "spec.replicaSpecs", id="tf-role"),
         pytest.param(lambda j: j.workers(2, 0), "spec.replicaSpecs.Worker.gpus", id="no-gpu"),
         pytest.param(lambda j: j.cuda("12"), "spec.cuda", id="cuda"),
-        pytest.param(lambda j: j.framework("pytorch", "9.9"), "spec.framework.version",
-                     id="version"),
+        pytest.param(
+            lambda j: j.framework("pytorch", "9.9"), "spec.framework.version", id="version"
+        ),
         pytest.param(lambda j: j.framework("torch"), "spec.framework.name", id="framework"),
         pytest.param(lambda j: j.placement("zone"), "spec.placement.topology", id="topology"),
     ],
-)  # fmt: skip
+)
 def test_invalid_jobs_name_the_field(mutate: Any, field: str) -> None:
     job = pytorch(2, 8)
     mutate(job)
@@ -256,12 +284,22 @@ def test_gang_generation_and_gate() -> None:
 
 
 def test_user_env_and_resources_survive_planning() -> None:
-    template = {"spec": {"containers": [
-        {"name": "trainer", "command": ["torchrun", "t.py"],
-         "env": [{"name": "NCCL_IB_HCA", "value": "=mlx5_0"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
-         "resources": {"limits": {"cpu": "32", "memory": "512Gi"}}},
-        {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
-    ]}}  # fmt: skip
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "command": ["torchrun", "t.py"],
+                    "env": [
+                        {"name": "NCCL_IB_HCA", "value": "=mlx5_0"},
+                        {"name": "NCCL_DEBUG", "value": "INFO"},
+                    ],
+                    "resources": {"limits": {"cpu": "32", "memory": "512Gi"}},
+                },
+                {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
+            ]
+        }
+    }
     p = plan(pytorch(2, 8, template=template).placement("rack").obj())
     for pod in p.pods:
         env = env_of(pod)

@@ -22,8 +22,12 @@ TWICE = [{"products": [H100], "gpus": 8}, {"name": "b", "products": [H100], "gpu
 
 
 def queue(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "trainop.dev/v1alpha1", "kind": "TrainingQueue",
-            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def body(name: str, ns: str = "team-a", queue_name: str | None = None, **tmpl: Any) -> dict:
@@ -43,31 +47,63 @@ PRIVILEGED = {"spec": {"containers": [{"name": "t", "securityContext": {"privile
 
 # (id, queues, job, queue the job resolves to, expected wait reason or None when admitted)
 CASES = [
-    ("broken-default-queue-blocks-its-namespace",
-     [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
-     body("j"), "nlp", QUEUE_INVALID),
-    ("named-broken-queue-blocks",
-     [queue("nlp", namespaces=["team-a"], quotas=TWICE)],
-     body("j", queue_name="nlp"), "nlp", QUEUE_INVALID),
-    ("privileged-pod-does-not-slip-through-to-the-builtin-queue",
-     [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
-     body("j", **PRIVILEGED), "nlp", QUEUE_INVALID),
-    ("broken-queue-by-selector-still-claims-its-namespaces",
-     [queue("nlp", namespaceSelector={"matchLabels": {}}, default=True, weight=0)],
-     body("j"), "nlp", QUEUE_INVALID),
-    ("other-namespaces-unaffected",
-     [queue("nlp", namespaces=["team-b"], default=True, quotas=TWICE)],
-     body("j"), BUILTIN_QUEUE_NAME, None),
-    ("healthy-queue-admits",
-     [queue("nlp", namespaces=["team-a"], default=True, quotas=[{"gpus": 64}])],
-     body("j"), "nlp", None),
-    ("queue-of-another-namespace-refused",
-     [queue("nlp", namespaces=["team-b"], quotas=[{"gpus": 64}])],
-     body("j", queue_name="nlp"), "nlp", "Policy"),
-    ("privileged-refused-by-a-healthy-queue",
-     [queue("nlp", namespaces=["team-a"], default=True)],
-     body("j", **PRIVILEGED), "nlp", "Policy"),
-]  # fmt: skip
+    (
+        "broken-default-queue-blocks-its-namespace",
+        [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
+        body("j"),
+        "nlp",
+        QUEUE_INVALID,
+    ),
+    (
+        "named-broken-queue-blocks",
+        [queue("nlp", namespaces=["team-a"], quotas=TWICE)],
+        body("j", queue_name="nlp"),
+        "nlp",
+        QUEUE_INVALID,
+    ),
+    (
+        "privileged-pod-does-not-slip-through-to-the-builtin-queue",
+        [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
+        body("j", **PRIVILEGED),
+        "nlp",
+        QUEUE_INVALID,
+    ),
+    (
+        "broken-queue-by-selector-still-claims-its-namespaces",
+        [queue("nlp", namespaceSelector={"matchLabels": {}}, default=True, weight=0)],
+        body("j"),
+        "nlp",
+        QUEUE_INVALID,
+    ),
+    (
+        "other-namespaces-unaffected",
+        [queue("nlp", namespaces=["team-b"], default=True, quotas=TWICE)],
+        body("j"),
+        BUILTIN_QUEUE_NAME,
+        None,
+    ),
+    (
+        "healthy-queue-admits",
+        [queue("nlp", namespaces=["team-a"], default=True, quotas=[{"gpus": 64}])],
+        body("j"),
+        "nlp",
+        None,
+    ),
+    (
+        "queue-of-another-namespace-refused",
+        [queue("nlp", namespaces=["team-b"], quotas=[{"gpus": 64}])],
+        body("j", queue_name="nlp"),
+        "nlp",
+        "Policy",
+    ),
+    (
+        "privileged-refused-by-a-healthy-queue",
+        [queue("nlp", namespaces=["team-a"], default=True)],
+        body("j", **PRIVILEGED),
+        "nlp",
+        "Policy",
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -73,8 +73,13 @@ def run_table(cases: dict[str, Case]) -> Any:
 NLP16 = Q("nlp").quota("h100", 16, H100).obj()
 
 QUOTA_CASES = {
-    "fits-nominal": Case([NLP16], [J("nlp/a", "nlp", 16).obj()], {"nlp/a": "Admit"},
-                         borrowed={"nlp/a": 0}, group={"nlp/a": "h100"}),
+    "fits-nominal": Case(
+        [NLP16],
+        [J("nlp/a", "nlp", 16).obj()],
+        {"nlp/a": "Admit"},
+        borrowed={"nlp/a": 0},
+        group={"nlp/a": "h100"},
+    ),
     "exactly-nominal": Case(
         [NLP16],
         [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
@@ -84,39 +89,55 @@ QUOTA_CASES = {
         [NLP16],
         [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 16).obj()],
         {"nlp/a": "Wait:Quota"},
-        says={"nlp/a": "uses 8 of its 16 h100 GPUs and the job needs 16: 8 over its quota, "
-                       "and it has no cohort"},
+        says={
+            "nlp/a": "uses 8 of its 16 h100 GPUs and the job needs 16: 8 over its quota, "
+            "and it has no cohort"
+        },
     ),
-    "zero-quota": Case([Q("nlp").quota("h100", 0, H100).obj()], [J("nlp/a", "nlp", 8).obj()],
-                       {"nlp/a": "Wait:Quota"}),
+    "zero-quota": Case(
+        [Q("nlp").quota("h100", 0, H100).obj()],
+        [J("nlp/a", "nlp", 8).obj()],
+        {"nlp/a": "Wait:Quota"},
+    ),
     "product-without-quota": Case(
-        [NLP16], [J("nlp/a", "nlp", 8).products(A100).obj()], {"nlp/a": "Wait:Quota"},
-        fleet=nodes(h100=2, a100=2), says={"nlp/a": "has no quota for the GPU products"},
+        [NLP16],
+        [J("nlp/a", "nlp", 8).products(A100).obj()],
+        {"nlp/a": "Wait:Quota"},
+        fleet=nodes(h100=2, a100=2),
+        says={"nlp/a": "has no quota for the GPU products"},
     ),
     "max-running-jobs": Case(
         [Q("nlp").quota("h100", 32, H100).set(max_running_jobs=1).obj()],
         [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
-        {"nlp/a": "Wait:Quota"}, says={"nlp/a": "maxRunningJobs"},
+        {"nlp/a": "Wait:Quota"},
+        says={"nlp/a": "maxRunningJobs"},
     ),
-    "unlimited-admits-on-fit": Case([Q("free").obj()], [J("free/a", "free", 32).obj()],
-                                    {"free/a": "Admit"}),
-    "unlimited-waits-on-fit": Case([Q("free").obj()], [J("free/a", "free", 40).obj()],
-                                   {"free/a": "Wait:NoFit"}),
+    "unlimited-admits-on-fit": Case(
+        [Q("free").obj()], [J("free/a", "free", 32).obj()], {"free/a": "Admit"}
+    ),
+    "unlimited-waits-on-fit": Case(
+        [Q("free").obj()], [J("free/a", "free", 40).obj()], {"free/a": "Wait:NoFit"}
+    ),
     "quota-fits-placement-does-not": Case(
-        [Q("nlp").quota("h100", 64, H100).obj()], [J("nlp/a", "nlp", 40).obj()],
+        [Q("nlp").quota("h100", 64, H100).obj()],
+        [J("nlp/a", "nlp", 40).obj()],
         {"nlp/a": "Wait:NoFit"},
     ),
     "next-group-when-first-is-full": Case(
         [Q("nlp").quota("h100", 8, H100).quota("a100", 16, A100).obj()],
         [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
-        {"nlp/a": "Admit"}, fleet=nodes(h100=2, a100=2), group={"nlp/a": "a100"},
+        {"nlp/a": "Admit"},
+        fleet=nodes(h100=2, a100=2),
+        group={"nlp/a": "a100"},
     ),
     "any-group-takes-unnamed-products": Case(
         [Q("nlp").quota("h100", 8, H100).quota("rest", 16).obj()],
         [J("nlp/a", "nlp", 16).obj()],
-        {"nlp/a": "Admit"}, fleet=nodes(h100=2, a100=2), group={"nlp/a": "rest"},
+        {"nlp/a": "Admit"},
+        fleet=nodes(h100=2, a100=2),
+        group={"nlp/a": "rest"},
     ),
-}  # fmt: skip
+}
 
 
 @run_table(QUOTA_CASES)
@@ -142,13 +163,22 @@ def pool(
 
 
 BORROW_CASES = {
-    "borrow-idle-quota": Case(pool(), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Admit"},
-                              borrowed={"nlp/a": 8}, says={"nlp/a": "8 of them borrowed"}),
-    "borrow-within-limit": Case(pool(nlp_limit=8), [J("nlp/a", "nlp", 24).obj()],
-                                {"nlp/a": "Admit"}, borrowed={"nlp/a": 8}),
-    "borrow-over-limit": Case(pool(nlp_limit=4), [J("nlp/a", "nlp", 24).obj()],
-                              {"nlp/a": "Wait:Quota"},
-                              says={"nlp/a": "it would borrow 8, above its borrowingLimit of 4"}),
+    "borrow-idle-quota": Case(
+        pool(),
+        [J("nlp/a", "nlp", 24).obj()],
+        {"nlp/a": "Admit"},
+        borrowed={"nlp/a": 8},
+        says={"nlp/a": "8 of them borrowed"},
+    ),
+    "borrow-within-limit": Case(
+        pool(nlp_limit=8), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Admit"}, borrowed={"nlp/a": 8}
+    ),
+    "borrow-over-limit": Case(
+        pool(nlp_limit=4),
+        [J("nlp/a", "nlp", 24).obj()],
+        {"nlp/a": "Wait:Quota"},
+        says={"nlp/a": "it would borrow 8, above its borrowingLimit of 4"},
+    ),
     "lender-busy": Case(
         pool(),
         [J("vision/v", "vision", 16).running_on("h2", "h3").obj(), J("nlp/a", "nlp", 24).obj()],
@@ -158,20 +188,27 @@ BORROW_CASES = {
     "lender-partly-busy": Case(
         pool(),
         [J("vision/v", "vision", 8).running_on("h3").obj(), J("nlp/a", "nlp", 32).obj()],
-        {"nlp/a": "Wait:Quota"}, says={"nlp/a": "has only 8 idle h100 GPUs"},
+        {"nlp/a": "Wait:Quota"},
+        says={"nlp/a": "has only 8 idle h100 GPUs"},
     ),
-    "groups-lend-by-name-only": Case(pool(vision_group="gpu"), [J("nlp/a", "nlp", 24).obj()],
-                                     {"nlp/a": "Wait:Quota"}),
-    "no-lending-across-cohorts": Case(pool(vision_cohort="other"), [J("nlp/a", "nlp", 24).obj()],
-                                      {"nlp/a": "Wait:Quota"}),
+    "groups-lend-by-name-only": Case(
+        pool(vision_group="gpu"), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Wait:Quota"}
+    ),
+    "no-lending-across-cohorts": Case(
+        pool(vision_cohort="other"), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Wait:Quota"}
+    ),
     "within-nominal-group-before-borrowing": Case(
-        [Q("nlp").quota("h100", 8, H100).quota("a100", 16, A100).cohort("pool").obj(),
-         Q("vision").quota("h100", 16, H100).cohort("pool").obj()],
+        [
+            Q("nlp").quota("h100", 8, H100).quota("a100", 16, A100).cohort("pool").obj(),
+            Q("vision").quota("h100", 16, H100).cohort("pool").obj(),
+        ],
         [J("nlp/a", "nlp", 16).obj()],
-        {"nlp/a": "Admit"}, fleet=nodes(h100=2, a100=2), group={"nlp/a": "a100"},
+        {"nlp/a": "Admit"},
+        fleet=nodes(h100=2, a100=2),
+        group={"nlp/a": "a100"},
         borrowed={"nlp/a": 0},
     ),
-}  # fmt: skip
+}
 
 
 @run_table(BORROW_CASES)
@@ -183,40 +220,62 @@ def test_borrowing(case: Case) -> None:
 FAIR_CASES = {
     "lower-share-first": Case(
         [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
-        [J("a/r", "a", 8).running_on("h0").obj(),
-         J("a/x", "a", 8).created(0).obj(), J("b/y", "b", 8).created(10).obj()],
-        {"b/y": "Admit", "a/x": "Wait:NoFit"}, fleet=nodes(h100=2),
+        [
+            J("a/r", "a", 8).running_on("h0").obj(),
+            J("a/x", "a", 8).created(0).obj(),
+            J("b/y", "b", 8).created(10).obj(),
+        ],
+        {"b/y": "Admit", "a/x": "Wait:NoFit"},
+        fleet=nodes(h100=2),
     ),
     "weight-discounts-usage": Case(
         [Q("a").quota("h100", 16, H100).weight(4).obj(), Q("b").quota("h100", 16, H100).obj()],
-        [J("a/r", "a", 8).running_on("h0").obj(), J("b/r", "b", 4).running_on("h1").obj(),
-         J("a/x", "a", 8).created(10).obj(), J("b/y", "b", 8).created(0).obj()],
-        {"a/x": "Admit", "b/y": "Wait:NoFit"}, fleet=nodes(h100=3),
+        [
+            J("a/r", "a", 8).running_on("h0").obj(),
+            J("b/r", "b", 4).running_on("h1").obj(),
+            J("a/x", "a", 8).created(10).obj(),
+            J("b/y", "b", 8).created(0).obj(),
+        ],
+        {"a/x": "Admit", "b/y": "Wait:NoFit"},
+        fleet=nodes(h100=3),
     ),
     "share-is-relative-to-nominal": Case(
         [Q("a").quota("h100", 64, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
-        [J("a/r", "a", 16).running_on("h0", "h1").obj(), J("b/r", "b", 8).running_on("h2").obj(),
-         J("a/x", "a", 8).created(10).obj(), J("b/y", "b", 8).created(0).obj()],
+        [
+            J("a/r", "a", 16).running_on("h0", "h1").obj(),
+            J("b/r", "b", 8).running_on("h2").obj(),
+            J("a/x", "a", 8).created(10).obj(),
+            J("b/y", "b", 8).created(0).obj(),
+        ],
         {"a/x": "Admit", "b/y": "Wait:NoFit"},
     ),
     "equal-share-older-head-first": Case(
         [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
         [J("a/x", "a", 8).created(10).obj(), J("b/y", "b", 8).created(5).obj()],
-        {"b/y": "Admit", "a/x": "Wait:NoFit"}, fleet=nodes(h100=1),
+        {"b/y": "Admit", "a/x": "Wait:NoFit"},
+        fleet=nodes(h100=1),
     ),
     "equal-share-higher-priority-head-first": Case(
         [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
         [J("a/x", "a", 8).created(10).prio(5).obj(), J("b/y", "b", 8).created(5).obj()],
-        {"a/x": "Admit", "b/y": "Wait:NoFit"}, fleet=nodes(h100=1),
+        {"a/x": "Admit", "b/y": "Wait:NoFit"},
+        fleet=nodes(h100=1),
     ),
     "within-nominal-before-borrowing": Case(
-        [Q("a").quota("h100", 16, H100).cohort("pool").obj(),
-         Q("b").quota("h100", 8, H100).cohort("pool").weight(10).obj()],
-        [J("a/r", "a", 8).running_on("h0").obj(), J("b/r", "b", 8).running_on("h1").obj(),
-         J("a/x", "a", 8).created(10).obj(), J("b/y", "b", 8).created(0).obj()],
-        {"a/x": "Admit", "b/y": "Wait:Quota"}, fleet=nodes(h100=3),
+        [
+            Q("a").quota("h100", 16, H100).cohort("pool").obj(),
+            Q("b").quota("h100", 8, H100).cohort("pool").weight(10).obj(),
+        ],
+        [
+            J("a/r", "a", 8).running_on("h0").obj(),
+            J("b/r", "b", 8).running_on("h1").obj(),
+            J("a/x", "a", 8).created(10).obj(),
+            J("b/y", "b", 8).created(0).obj(),
+        ],
+        {"a/x": "Admit", "b/y": "Wait:Quota"},
+        fleet=nodes(h100=3),
     ),
-}  # fmt: skip
+}
 
 
 @run_table(FAIR_CASES)
@@ -239,29 +298,43 @@ FIFO = Q("q").quota("h100", 64, H100).set(within_queue="Never").obj()
 
 ORDER_CASES = {
     "higher-priority-first": Case(
-        [FIFO], [J("q/x", "q", 8).created(0).obj(), J("q/y", "q", 8).created(5).prio(10).obj()],
-        {"q/y": "Admit", "q/x": "Wait:NoFit"}, fleet=nodes(h100=1), positions={"q/x": 1},
+        [FIFO],
+        [J("q/x", "q", 8).created(0).obj(), J("q/y", "q", 8).created(5).prio(10).obj()],
+        {"q/y": "Admit", "q/x": "Wait:NoFit"},
+        fleet=nodes(h100=1),
+        positions={"q/x": 1},
     ),
     "fifo-within-a-priority": Case(
-        [FIFO], [J("q/x", "q", 8).created(5).obj(), J("q/y", "q", 8).created(0).obj()],
-        {"q/y": "Admit", "q/x": "Wait:NoFit"}, fleet=nodes(h100=1),
+        [FIFO],
+        [J("q/x", "q", 8).created(5).obj(), J("q/y", "q", 8).created(0).obj()],
+        {"q/y": "Admit", "q/x": "Wait:NoFit"},
+        fleet=nodes(h100=1),
     ),
     "key-breaks-ties": Case(
-        [FIFO], [J("q/b", "q", 8).obj(), J("q/a", "q", 8).obj()],
-        {"q/a": "Admit", "q/b": "Wait:NoFit"}, fleet=nodes(h100=1),
+        [FIFO],
+        [J("q/b", "q", 8).obj(), J("q/a", "q", 8).obj()],
+        {"q/a": "Admit", "q/b": "Wait:NoFit"},
+        fleet=nodes(h100=1),
     ),
     "positions-in-line-order": Case(
         [FIFO],
-        [J("q/w", "q", 8).created(3).obj(), J("q/x", "q", 8).created(2).obj(),
-         J("q/y", "q", 8).created(1).obj(), J("q/z", "q", 8).created(0).prio(1).obj()],
+        [
+            J("q/w", "q", 8).created(3).obj(),
+            J("q/x", "q", 8).created(2).obj(),
+            J("q/y", "q", 8).created(1).obj(),
+            J("q/z", "q", 8).created(0).prio(1).obj(),
+        ],
         {"q/z": "Admit", "q/y": "Wait:NoFit", "q/x": "Wait:NoFit", "q/w": "Wait:NoFit"},
-        fleet=nodes(h100=1), positions={"q/y": 1, "q/x": 2, "q/w": 3},
+        fleet=nodes(h100=1),
+        positions={"q/y": 1, "q/x": 2, "q/w": 3},
     ),
     "admissions-reserve-as-they-go": Case(
-        [FIFO], [J("q/x", "q", 16).created(0).obj(), J("q/y", "q", 16).created(1).obj()],
-        {"q/x": "Admit", "q/y": "Wait:NoFit"}, fleet=nodes(h100=2),
+        [FIFO],
+        [J("q/x", "q", 16).created(0).obj(), J("q/y", "q", 16).created(1).obj()],
+        {"q/x": "Admit", "q/y": "Wait:NoFit"},
+        fleet=nodes(h100=2),
     ),
-}  # fmt: skip
+}
 
 
 @run_table(ORDER_CASES)
@@ -282,50 +355,75 @@ def big(**kw: Any) -> QueuedJob:
 def pair(a_gpus: int, b_gpus: int, expect: dict[str, str], b_backfill: float = 1000) -> Case:
     """Cohort a+b (16 H100 each), 24 of the 32 GPUs free; a/big waited 400s, b/y 390s."""
     return Case(
-        [Q("a").quota("h100", 16, H100).cohort("pool").backfill(300).obj(),
-         Q("b").quota("h100", 16, H100).cohort("pool").backfill(b_backfill).obj()],
+        [
+            Q("a").quota("h100", 16, H100).cohort("pool").backfill(300).obj(),
+            Q("b").quota("h100", 16, H100).cohort("pool").backfill(b_backfill).obj(),
+        ],
         [J("a/big", "a", a_gpus).created(0).obj(), J("b/y", "b", b_gpus).created(10).obj()],
-        expect, now=400, other_used={"h3": 8},
-        says={"b/y": "held for a/big, first in queue a"} if expect["b/y"] == "Wait:Quota" and
-        a_gpus > 24 else {},
-    )  # fmt: skip
+        expect,
+        now=400,
+        other_used={"h3": 8},
+        says={"b/y": "held for a/big, first in queue a"}
+        if expect["b/y"] == "Wait:Quota" and a_gpus > 24
+        else {},
+    )
 
 
 BACKFILL_CASES = {
     "backfill-behind-blocked-head": Case(
-        [BF], [big(), J("q/small", "q", 8).created(10).obj()],
-        {"q/small": "Admit", "q/big": "Wait:NoFit"}, now=100, other_used=EXTERNAL,
+        [BF],
+        [big(), J("q/small", "q", 8).created(10).obj()],
+        {"q/small": "Admit", "q/big": "Wait:NoFit"},
+        now=100,
+        other_used=EXTERNAL,
         positions={"q/big": 1},
     ),
     "head-holds-after-threshold": Case(
-        [BF], [big(), J("q/small", "q", 8).created(10).obj()],
-        {"q/small": "Wait:NoFit", "q/big": "Wait:NoFit"}, now=400, other_used=EXTERNAL,
-        says={"q/small": "h100 GPUs are held for q/big, first in queue q, which has waited "
-                         "400s (more than backfillWaitSeconds 300s)"},
+        [BF],
+        [big(), J("q/small", "q", 8).created(10).obj()],
+        {"q/small": "Wait:NoFit", "q/big": "Wait:NoFit"},
+        now=400,
+        other_used=EXTERNAL,
+        says={
+            "q/small": "h100 GPUs are held for q/big, first in queue q, which has waited "
+            "400s (more than backfillWaitSeconds 300s)"
+        },
         positions={"q/big": 1, "q/small": 2},
     ),
     "threshold-counts-from-requeue": Case(
-        [BF], [big(queued_since=200.0), J("q/small", "q", 8).created(10).obj()],
-        {"q/small": "Admit"}, now=400, other_used=EXTERNAL,
+        [BF],
+        [big(queued_since=200.0), J("q/small", "q", 8).created(10).obj()],
+        {"q/small": "Admit"},
+        now=400,
+        other_used=EXTERNAL,
     ),
     "hold-covers-only-the-heads-groups": Case(
-        [BF2], [big(products=(H100,)), J("q/small", "q", 8).created(10).obj()],
-        {"q/small": "Admit", "q/big": "Wait:NoFit"}, now=400, other_used=EXTERNAL,
-        fleet=nodes(h100=4, a100=1), group={"q/small": "a100"},
+        [BF2],
+        [big(products=(H100,)), J("q/small", "q", 8).created(10).obj()],
+        {"q/small": "Admit", "q/big": "Wait:NoFit"},
+        now=400,
+        other_used=EXTERNAL,
+        fleet=nodes(h100=4, a100=1),
+        group={"q/small": "a100"},
     ),
     "admitted-head-holds-nothing": Case(
-        [BF], [big(), J("q/small", "q", 8).created(10).obj()],
-        {"q/big": "Admit", "q/small": "Admit"}, now=400,
+        [BF],
+        [big(), J("q/small", "q", 8).created(10).obj()],
+        {"q/big": "Admit", "q/small": "Admit"},
+        now=400,
     ),
     "cohort-member-may-not-borrow-held-group": pair(
-        32, 24, {"a/big": "Wait:NoFit", "b/y": "Wait:Quota"}),
+        32, 24, {"a/big": "Wait:NoFit", "b/y": "Wait:Quota"}
+    ),
     "cohort-member-within-nominal-is-not-held": pair(
-        32, 16, {"a/big": "Wait:Quota", "b/y": "Admit"}),
+        32, 16, {"a/big": "Wait:Quota", "b/y": "Admit"}
+    ),
     # b/y holds too (waited 390s > 300s) but a/big waited longer: b/y's hold does not stop
     # a/big from borrowing (no mutual blocking); then b/y finds no idle quota.
     "longest-waiting-hold-wins": pair(
-        24, 24, {"a/big": "Admit", "b/y": "Wait:Quota"}, b_backfill=300),
-}  # fmt: skip
+        24, 24, {"a/big": "Admit", "b/y": "Wait:Quota"}, b_backfill=300
+    ),
+}
 
 
 @run_table(BACKFILL_CASES)
@@ -361,24 +459,31 @@ B_BORROWS = [  # b uses all 32 GPUs: 16 of them borrowed from a
 
 RECLAIM_CASES = {
     "reclaim-what-was-lent": Case(
-        cohort(), [*B_BORROWS, J("a/x", "a", 16).obj()],
+        cohort(),
+        [*B_BORROWS, J("a/x", "a", 16).obj()],
         {"a/x": "Wait:Quota", "b/3": "Preempt:Reclaim", "b/2": "Preempt:Reclaim", "b/1": "Keep"},
         victims={"a/x": ("b/3", "b/2")},
-        says={"b/3": "preempted by a/x of queue a, which reclaims h100 GPUs its cohort pool "
-                     "lent to queue b beyond that queue's quota of 16",
-              "a/x": "preempting 2 jobs (b/3, b/2) (Reclaim)"},
+        says={
+            "b/3": "preempted by a/x of queue a, which reclaims h100 GPUs its cohort pool "
+            "lent to queue b beyond that queue's quota of 16",
+            "a/x": "preempting 2 jobs (b/3, b/2) (Reclaim)",
+        },
     ),
     "reclaim-stops-when-lender-no-longer-borrows": Case(
         cohort(),
         [J("b/1", "b", 16).running_on("h0", "h1").obj(), J("a/x", "a", 16).obj()],
-        {"a/x": "Wait:NoFit", "b/1": "Keep"}, other_used={"h2": 8, "h3": 8},
+        {"a/x": "Wait:NoFit", "b/1": "Keep"},
+        other_used={"h2": 8, "h3": 8},
     ),
     "no-reclaim-beyond-own-nominal": Case(
-        cohort(), [*B_BORROWS, J("a/x", "a", 24).obj()], {"a/x": "Wait:Quota"},
+        cohort(),
+        [*B_BORROWS, J("a/x", "a", 24).obj()],
+        {"a/x": "Wait:Quota"},
     ),
-    "reclaim-disabled": Case(cohort(reclaim=False), [*B_BORROWS, J("a/x", "a", 16).obj()],
-                             {"a/x": "Wait:Quota"}),
-}  # fmt: skip
+    "reclaim-disabled": Case(
+        cohort(reclaim=False), [*B_BORROWS, J("a/x", "a", 16).obj()], {"a/x": "Wait:Quota"}
+    ),
+}
 
 
 @run_table(RECLAIM_CASES)
@@ -414,17 +519,24 @@ LOW = [
 
 PRIORITY_CASES = {
     "higher-priority-preempts-lower": Case(
-        [PQ], [*LOW, J("q/hi", "q", 16).prio(10).obj()],
+        [PQ],
+        [*LOW, J("q/hi", "q", 16).prio(10).obj()],
         {"q/hi": "Wait:Quota", "q/lo2": "Preempt:Priority", "q/lo1": "Keep"},
-        victims={"q/hi": ("q/lo2",)}, says={"q/lo2": "preempted by q/hi (priority 10)"},
+        victims={"q/hi": ("q/lo2",)},
+        says={"q/lo2": "preempted by q/hi (priority 10)"},
     ),
     "equal-priority-waits": Case([PQ], [*LOW, J("q/hi", "q", 16).obj()], {"q/hi": "Wait:Quota"}),
-    "within-queue-never": Case([Q("q").quota("h100", 32, H100).set(within_queue="Never").obj()],
-                               [*LOW, J("q/hi", "q", 16).prio(10).obj()], {"q/hi": "Wait:Quota"}),
+    "within-queue-never": Case(
+        [Q("q").quota("h100", 32, H100).set(within_queue="Never").obj()],
+        [*LOW, J("q/hi", "q", 16).prio(10).obj()],
+        {"q/hi": "Wait:Quota"},
+    ),
     "other-queues-are-not-victims": Case(
         [PQ, Q("r").quota("h100", 32, H100).obj()],
-        [J("r/1", "r", 32).running_on("h0", "h1", "h2", "h3").obj(),
-         J("q/hi", "q", 16).prio(10).obj()],
+        [
+            J("r/1", "r", 32).running_on("h0", "h1", "h2", "h3").obj(),
+            J("q/hi", "q", 16).prio(10).obj(),
+        ],
         {"q/hi": "Wait:NoFit", "r/1": "Keep"},
     ),
     "preempt-for-a-running-slot": Case(
@@ -432,7 +544,7 @@ PRIORITY_CASES = {
         [J("q/lo", "q", 8).running_on("h0").obj(), J("q/hi", "q", 8).prio(10).obj()],
         {"q/hi": "Wait:Quota", "q/lo": "Preempt:Priority"},
     ),
-}  # fmt: skip
+}
 
 
 @run_table(PRIORITY_CASES)
@@ -444,33 +556,42 @@ def test_priority_preemption(case: Case) -> None:
 VICTIM_CASES = {
     "lowest-priority-first": Case(
         [PQ],
-        [J("q/a", "q", 16).prio(5).running_on("h0", "h1", started=10).obj(),
-         J("q/b", "q", 16).prio(1).running_on("h2", "h3", started=0).obj(),
-         J("q/hi", "q", 16).prio(10).obj()],
+        [
+            J("q/a", "q", 16).prio(5).running_on("h0", "h1", started=10).obj(),
+            J("q/b", "q", 16).prio(1).running_on("h2", "h3", started=0).obj(),
+            J("q/hi", "q", 16).prio(10).obj(),
+        ],
         {"q/b": "Preempt:Priority", "q/a": "Keep"},
     ),
     "youngest-first-within-a-priority": Case(
         [PQ],
-        [J("q/a", "q", 16).running_on("h0", "h1", started=0).obj(),
-         J("q/b", "q", 16).running_on("h2", "h3", started=50).obj(),
-         J("q/hi", "q", 16).prio(10).obj()],
+        [
+            J("q/a", "q", 16).running_on("h0", "h1", started=0).obj(),
+            J("q/b", "q", 16).running_on("h2", "h3", started=50).obj(),
+            J("q/hi", "q", 16).prio(10).obj(),
+        ],
         {"q/b": "Preempt:Priority", "q/a": "Keep"},
     ),
     "reclaim-lowest-priority-first": Case(
         cohort(),
-        [J("b/hi", "b", 16).prio(10).running_on("h0", "h1", started=20).obj(),
-         J("b/lo", "b", 16).running_on("h2", "h3", started=0).obj(),
-         J("a/x", "a", 16).obj()],
+        [
+            J("b/hi", "b", 16).prio(10).running_on("h0", "h1", started=20).obj(),
+            J("b/lo", "b", 16).running_on("h2", "h3", started=0).obj(),
+            J("a/x", "a", 16).obj(),
+        ],
         {"b/lo": "Preempt:Reclaim", "b/hi": "Keep"},
     ),
     "only-as-many-as-needed": Case(
         [Q("q").quota("h100", 24, H100).obj()],
-        [J("q/young", "q", 8).running_on("h0", started=50).obj(),
-         J("q/old", "q", 16).running_on("h1", "h2", started=10).obj(),
-         J("q/hi", "q", 16).prio(10).obj()],
-        {"q/old": "Preempt:Priority", "q/young": "Keep"}, victims={"q/hi": ("q/old",)},
+        [
+            J("q/young", "q", 8).running_on("h0", started=50).obj(),
+            J("q/old", "q", 16).running_on("h1", "h2", started=10).obj(),
+            J("q/hi", "q", 16).prio(10).obj(),
+        ],
+        {"q/old": "Preempt:Priority", "q/young": "Keep"},
+        victims={"q/hi": ("q/old",)},
     ),
-}  # fmt: skip
+}
 
 
 @run_table(VICTIM_CASES)
@@ -483,21 +604,27 @@ USELESS_CASES = {
     "victims-cannot-free-enough": Case(
         [Q("q").quota("h100", 64, H100).obj()],
         [J("q/lo", "q", 8).running_on("h0").obj(), J("q/hi", "q", 24).prio(10).obj()],
-        {"q/hi": "Wait:NoFit", "q/lo": "Keep"}, fleet=nodes(h100=2), other_used={"h1": 8},
+        {"q/hi": "Wait:NoFit", "q/lo": "Keep"},
+        fleet=nodes(h100=2),
+        other_used={"h1": 8},
     ),
     "reclaim-fixes-quota-not-placement": Case(
         cohort(),
-        [J("b/1", "b", 8).running_on("h0", started=20).obj(),
-         J("b/2", "b", 16).running_on("h1", "h2", started=0).obj(),
-         J("a/x", "a", 16).obj()],
-        {"a/x": "Wait:Quota", "b/1": "Keep", "b/2": "Keep"}, other_used={"h3": 8},
+        [
+            J("b/1", "b", 8).running_on("h0", started=20).obj(),
+            J("b/2", "b", 16).running_on("h1", "h2", started=0).obj(),
+            J("a/x", "a", 16).obj(),
+        ],
+        {"a/x": "Wait:Quota", "b/1": "Keep", "b/2": "Keep"},
+        other_used={"h3": 8},
     ),
     "backfilled-job-is-not-preempted-in-its-pass": Case(
         [Q("q").quota("h100", 64, H100).backfill(1000).obj()],
         [J("q/hi", "q", 24).prio(10).created(0).obj(), J("q/lo", "q", 8).created(5).obj()],
-        {"q/lo": "Admit", "q/hi": "Wait:NoFit"}, other_used=EXTERNAL,
+        {"q/lo": "Admit", "q/hi": "Wait:NoFit"},
+        other_used=EXTERNAL,
     ),
-}  # fmt: skip
+}
 
 
 @run_table(USELESS_CASES)

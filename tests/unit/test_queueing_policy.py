@@ -59,14 +59,18 @@ def base(replicas: int = 2, gpus: int = 8, tmpl: dict[str, Any] | None = None) -
 POLICY_CASES = {
     "nothing-to-say": PolicyCase({}, base(tmpl=template({"hostNetwork": False})), []),
     "image-prefix-of-resolved-image": PolicyCase(
-        {"allowedImagePrefixes": ["registry.corp/"]}, base(), ["spec.framework"],
+        {"allowedImagePrefixes": ["registry.corp/"]},
+        base(),
+        ["spec.framework"],
         says="image nvcr.io/nvidia/pytorch:24.05-py3 (the image trainop chose for the "
-             "framework) is not allowed by queue q: images must start with registry.corp/ "
-             "(policy.allowedImagePrefixes)",
+        "framework) is not allowed by queue q: images must start with registry.corp/ "
+        "(policy.allowedImagePrefixes)",
     ),
     "image-prefix-of-explicit-image": PolicyCase(
-        {"allowedImagePrefixes": ["nvcr.io/nvidia/"]}, base().set("image", "evil.io/x:1"),
-        ["spec.image"], image="evil.io/x:1",
+        {"allowedImagePrefixes": ["nvcr.io/nvidia/"]},
+        base().set("image", "evil.io/x:1"),
+        ["spec.image"],
+        image="evil.io/x:1",
     ),
     "image-prefix-allowed": PolicyCase({"allowedImagePrefixes": ["nvcr.io/nvidia/"]}, base(), []),
     "image-in-pod-template": PolicyCase(
@@ -75,57 +79,107 @@ POLICY_CASES = {
         [f"{POD}.containers[0].image"],
     ),
     "framework": PolicyCase(
-        {"allowedFrameworks": ["jax"]}, base(), ["spec.framework.name"],
+        {"allowedFrameworks": ["jax"]},
+        base(),
+        ["spec.framework.name"],
         says="framework pytorch is not allowed by queue q: allowed are jax",
     ),
-    "cuda-below-minimum": PolicyCase({"cuda": {"min": "12.6"}}, base(), ["spec.cuda"],
-                                     says="CUDA 12.4 is below queue q's minimum 12.6"),
-    "cuda-above-maximum": PolicyCase({"cuda": {"max": "12.2"}}, base(), ["spec.cuda"],
-                                     says="CUDA 12.4 is above queue q's maximum 12.2"),
+    "cuda-below-minimum": PolicyCase(
+        {"cuda": {"min": "12.6"}},
+        base(),
+        ["spec.cuda"],
+        says="CUDA 12.4 is below queue q's minimum 12.6",
+    ),
+    "cuda-above-maximum": PolicyCase(
+        {"cuda": {"max": "12.2"}},
+        base(),
+        ["spec.cuda"],
+        says="CUDA 12.4 is above queue q's maximum 12.2",
+    ),
     "cuda-in-range": PolicyCase({"cuda": {"min": "12.0", "max": "12.4"}}, base(), []),
-    "cuda-unknown": PolicyCase({"cuda": {"min": "12.0"}},
-                               Job("j").framework("pytorch").workers(1, 8), ["spec.cuda"],
-                               cuda=None, says="unknown"),
+    "cuda-unknown": PolicyCase(
+        {"cuda": {"min": "12.0"}},
+        Job("j").framework("pytorch").workers(1, 8),
+        ["spec.cuda"],
+        cuda=None,
+        says="unknown",
+    ),
     "max-gpus-per-job": PolicyCase(
-        {"maxGpusPerJob": 8}, base(), ["spec.replicaSpecs"],
+        {"maxGpusPerJob": 8},
+        base(),
+        ["spec.replicaSpecs"],
         says="the job asks for 16 GPUs (Worker: 2 x 8); queue q allows at most 8 per job "
-             "(policy.maxGpusPerJob)",
+        "(policy.maxGpusPerJob)",
     ),
     "privileged": PolicyCase(
-        {}, base(tmpl=template({"containers": [container(securityContext={"privileged": True})]})),
+        {},
+        base(tmpl=template({"containers": [container(securityContext={"privileged": True})]})),
         [f"{POD}.containers[0].securityContext.privileged"],
         says="queue q does not allow privileged containers (policy.allowPrivileged is false)",
     ),
     "privileged-init-container": PolicyCase(
-        {}, base(tmpl=template({"initContainers": [container(securityContext={"privileged": True})]})),
+        {},
+        base(tmpl=template({"initContainers": [container(securityContext={"privileged": True})]})),
         [f"{POD}.initContainers[0].securityContext.privileged"],
     ),
     "privileged-allowed": PolicyCase(
         {"allowPrivileged": True},
-        base(tmpl=template({"containers": [container(securityContext={"privileged": True})]})), [],
+        base(tmpl=template({"containers": [container(securityContext={"privileged": True})]})),
+        [],
     ),
-    "host-network": PolicyCase({}, base(tmpl=template({"hostNetwork": True})),
-                               [f"{POD}.hostNetwork"], says="policy.allowHostNetwork"),
+    "host-network": PolicyCase(
+        {},
+        base(tmpl=template({"hostNetwork": True})),
+        [f"{POD}.hostNetwork"],
+        says="policy.allowHostNetwork",
+    ),
     "host-pid": PolicyCase({}, base(tmpl=template({"hostPID": True})), [f"{POD}.hostPID"]),
     "host-path": PolicyCase(
-        {}, base(tmpl=template({"volumes": [{"name": "a", "emptyDir": {}},
-                                            {"name": "b", "hostPath": {"path": "/"}}]})),
-        [f"{POD}.volumes[1].hostPath"], says="policy.allowHostPath",
+        {},
+        base(
+            tmpl=template(
+                {
+                    "volumes": [
+                        {"name": "a", "emptyDir": {}},
+                        {"name": "b", "hostPath": {"path": "/"}},
+                    ]
+                }
+            )
+        ),
+        [f"{POD}.volumes[1].hostPath"],
+        says="policy.allowHostPath",
     ),
     "host-path-allowed": PolicyCase(
         {"allowHostPath": True},
-        base(tmpl=template({"volumes": [{"name": "b", "hostPath": {"path": "/"}}]})), [],
+        base(tmpl=template({"volumes": [{"name": "b", "hostPath": {"path": "/"}}]})),
+        [],
     ),
     "capability-beyond-allowed": PolicyCase(
         {"allowedCapabilities": ["SYS_PTRACE"]},
-        base(tmpl=template({"containers": [container(securityContext={
-            "capabilities": {"add": ["IPC_LOCK", "CAP_SYS_PTRACE", "SYS_ADMIN"]}})]})),
+        base(
+            tmpl=template(
+                {
+                    "containers": [
+                        container(
+                            securityContext={
+                                "capabilities": {"add": ["IPC_LOCK", "CAP_SYS_PTRACE", "SYS_ADMIN"]}
+                            }
+                        )
+                    ]
+                }
+            )
+        ),
         [f"{POD}.containers[0].securityContext.capabilities.add"],
         says="does not allow adding SYS_ADMIN: allowed are IPC_LOCK, SYS_PTRACE",
     ),
     "ipc-lock-always-allowed": PolicyCase(
-        {}, base(tmpl=template({"containers": [container(securityContext={
-            "capabilities": {"add": ["IPC_LOCK"]}})]})), [],
+        {},
+        base(
+            tmpl=template(
+                {"containers": [container(securityContext={"capabilities": {"add": ["IPC_LOCK"]}})]}
+            )
+        ),
+        [],
     ),
     "every-rule-reported": PolicyCase(
         {"allowedFrameworks": ["jax"], "maxGpusPerJob": 8},
@@ -133,33 +187,53 @@ POLICY_CASES = {
         ["spec.framework.name", "spec.replicaSpecs", f"{POD}.hostNetwork", f"{POD}.hostPID"],
     ),
     # issue 12: the remaining escalations, and registry boundaries
-    "host-ipc": PolicyCase({}, base(tmpl=template({"hostIPC": True})), [f"{POD}.hostIPC"],
-                           says="policy.allowHostIPC is false"),
-    "host-ipc-allowed": PolicyCase({"allowHostIPC": True},
-                                   base(tmpl=template({"hostIPC": True})), []),
+    "host-ipc": PolicyCase(
+        {},
+        base(tmpl=template({"hostIPC": True})),
+        [f"{POD}.hostIPC"],
+        says="policy.allowHostIPC is false",
+    ),
+    "host-ipc-allowed": PolicyCase(
+        {"allowHostIPC": True}, base(tmpl=template({"hostIPC": True})), []
+    ),
     "run-as-root-pod": PolicyCase(
-        {}, base(tmpl=template({"securityContext": {"runAsUser": 0}})),
-        [f"{POD}.securityContext.runAsUser"], says="policy.allowRunAsRoot is false",
+        {},
+        base(tmpl=template({"securityContext": {"runAsUser": 0}})),
+        [f"{POD}.securityContext.runAsUser"],
+        says="policy.allowRunAsRoot is false",
     ),
     "run-as-root-container": PolicyCase(
-        {}, base(tmpl=template({"containers": [container(securityContext={"runAsUser": 0})]})),
+        {},
+        base(tmpl=template({"containers": [container(securityContext={"runAsUser": 0})]})),
         [f"{POD}.containers[0].securityContext.runAsUser"],
     ),
     "run-as-root-allowed": PolicyCase(
         {"allowRunAsRoot": True},
-        base(tmpl=template({"securityContext": {"runAsUser": 0}})), [],
+        base(tmpl=template({"securityContext": {"runAsUser": 0}})),
+        [],
     ),
     "run-as-non-root-fine": PolicyCase(
-        {}, base(tmpl=template({"securityContext": {"runAsUser": 1000},
-                                "containers": [container(securityContext={"runAsUser": 1})]})),
+        {},
+        base(
+            tmpl=template(
+                {
+                    "securityContext": {"runAsUser": 1000},
+                    "containers": [container(securityContext={"runAsUser": 1})],
+                }
+            )
+        ),
         [],
     ),
     "registry-prefix-stops-at-the-host": PolicyCase(
-        {"allowedImagePrefixes": ["nvcr.io"]}, base().set("image", "nvcr.io.evil.com/x:1"),
-        ["spec.image"], image="nvcr.io.evil.com/x:1",
+        {"allowedImagePrefixes": ["nvcr.io"]},
+        base().set("image", "nvcr.io.evil.com/x:1"),
+        ["spec.image"],
+        image="nvcr.io.evil.com/x:1",
     ),
     "registry-prefix-without-slash-still-matches-its-host": PolicyCase(
-        {"allowedImagePrefixes": ["nvcr.io"]}, base(), [],
+        {"allowedImagePrefixes": ["nvcr.io"]},
+        base(),
+        [],
     ),
     "repository-prefix-stops-at-the-name": PolicyCase(
         {"allowedImagePrefixes": ["nvcr.io/nvidia/pytorch"]},
@@ -167,8 +241,10 @@ POLICY_CASES = {
         [f"{POD}.containers[0].image"],
     ),
     "docker-hub-short-name-matches-its-full-form": PolicyCase(
-        {"allowedImagePrefixes": ["docker.io/library/"]}, base().set("image", "ubuntu:22.04"),
-        [], image="ubuntu:22.04",
+        {"allowedImagePrefixes": ["docker.io/library/"]},
+        base().set("image", "ubuntu:22.04"),
+        [],
+        image="ubuntu:22.04",
     ),
     "docker-hub-short-name-refused-elsewhere": PolicyCase(
         {"allowedImagePrefixes": ["nvcr.io/"]},
@@ -176,18 +252,37 @@ POLICY_CASES = {
         [f"{POD}.containers[0].image"],
     ),
     "every-escalation-at-once": PolicyCase(
-        {}, base(tmpl=template({
-            "hostNetwork": True, "hostPID": True, "hostIPC": True,
-            "securityContext": {"runAsUser": 0},
-            "volumes": [{"name": "h", "hostPath": {"path": "/dev"}}],
-            "containers": [container(securityContext={
-                "privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}})]})),
-        [f"{POD}.hostNetwork", f"{POD}.hostPID", f"{POD}.hostIPC",
-         f"{POD}.securityContext.runAsUser", f"{POD}.volumes[0].hostPath",
-         f"{POD}.containers[0].securityContext.privileged",
-         f"{POD}.containers[0].securityContext.capabilities.add"],
+        {},
+        base(
+            tmpl=template(
+                {
+                    "hostNetwork": True,
+                    "hostPID": True,
+                    "hostIPC": True,
+                    "securityContext": {"runAsUser": 0},
+                    "volumes": [{"name": "h", "hostPath": {"path": "/dev"}}],
+                    "containers": [
+                        container(
+                            securityContext={
+                                "privileged": True,
+                                "capabilities": {"add": ["SYS_ADMIN"]},
+                            }
+                        )
+                    ],
+                }
+            )
+        ),
+        [
+            f"{POD}.hostNetwork",
+            f"{POD}.hostPID",
+            f"{POD}.hostIPC",
+            f"{POD}.securityContext.runAsUser",
+            f"{POD}.volumes[0].hostPath",
+            f"{POD}.containers[0].securityContext.privileged",
+            f"{POD}.containers[0].securityContext.capabilities.add",
+        ],
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(POLICY_CASES.values()), ids=list(POLICY_CASES))
@@ -208,9 +303,11 @@ def test_max_running_jobs_is_not_a_violation() -> None:
 
 def test_job_policy_checks_the_image_the_planner_picks() -> None:
     queue = QueueState.from_resource(
-        {"metadata": {"name": "nlp"},
-         "spec": {"quotas": [{"gpus": 8}], "policy": {"allowedImagePrefixes": ["docker.io/"]}}}
-    )  # fmt: skip
+        {
+            "metadata": {"name": "nlp"},
+            "spec": {"quotas": [{"gpus": 8}], "policy": {"allowedImagePrefixes": ["docker.io/"]}},
+        }
+    )
     got = job_policy(spec_of(base()), queue, fleet_snapshot(), OperatorConfig())
     assert [v.field for v in got] == ["spec.framework"]
     assert "nvcr.io/nvidia/pytorch:" in got[0].message
@@ -235,24 +332,33 @@ class ResolveCase:
 
 
 RESOLVE_CASES = {
-    "explicit-queue-serving-namespace": ResolveCase([NLP, NLP_EXTRA], "team-nlp", "nlp-extra",
-                                                    "nlp-extra"),
+    "explicit-queue-serving-namespace": ResolveCase(
+        [NLP, NLP_EXTRA], "team-nlp", "nlp-extra", "nlp-extra"
+    ),
     "explicit-queue-not-serving": ResolveCase(
-        [NLP], "team-cv", "nlp", None,
-        says="spec.queue: TrainingQueue nlp does not serve namespace team-cv"),
-    "explicit-queue-missing": ResolveCase([NLP], "team-nlp", "gone", None,
-                                          says="'gone' does not exist (queues serving team-nlp: nlp)"),
+        [NLP],
+        "team-cv",
+        "nlp",
+        None,
+        says="spec.queue: TrainingQueue nlp does not serve namespace team-cv",
+    ),
+    "explicit-queue-missing": ResolveCase(
+        [NLP], "team-nlp", "gone", None, says="'gone' does not exist (queues serving team-nlp: nlp)"
+    ),
     "namespace-default": ResolveCase([NLP_EXTRA, NLP], "team-nlp", None, "nlp"),
     "first-default-by-name": ResolveCase([ZED, NLP], "team-nlp", None, "nlp"),
     "default-of-other-namespace-ignored": ResolveCase([NLP], "team-cv", None, "(built-in)"),
     "no-queues-at-all": ResolveCase([], "team-cv", None, "(built-in)"),
-    "selector-matches-labels": ResolveCase([BY_LABEL], "team-x", None, "labelled",
-                                           labels={"tier": "gold", "x": "y"}),
-    "selector-does-not-match": ResolveCase([BY_LABEL], "team-x", None, "(built-in)",
-                                           labels={"tier": "silver"}),
-    "explicit-queue-by-selector": ResolveCase([BY_LABEL], "team-x", "labelled", "labelled",
-                                              labels={"tier": "gold"}),
-}  # fmt: skip
+    "selector-matches-labels": ResolveCase(
+        [BY_LABEL], "team-x", None, "labelled", labels={"tier": "gold", "x": "y"}
+    ),
+    "selector-does-not-match": ResolveCase(
+        [BY_LABEL], "team-x", None, "(built-in)", labels={"tier": "silver"}
+    ),
+    "explicit-queue-by-selector": ResolveCase(
+        [BY_LABEL], "team-x", "labelled", "labelled", labels={"tier": "gold"}
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(RESOLVE_CASES.values()), ids=list(RESOLVE_CASES))
@@ -295,21 +401,31 @@ def test_group_of(queue: QueueState, product: str, group: str) -> None:
 
 
 def queue_obj(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "trainop.dev/v1alpha1", "kind": "TrainingQueue",
-            "metadata": {"name": "q"}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "trainop.dev/v1alpha1",
+        "kind": "TrainingQueue",
+        "metadata": {"name": "q"},
+        "spec": spec,
+    }
 
 
 def test_queue_state_from_resource() -> None:
     q = QueueState.from_resource(
         queue_obj(
-            namespaces=["a"], namespaceSelector={"matchLabels": {"t": "1"}}, default=True,
-            cohort="pool", weight=2, backfillWaitSeconds=60,
+            namespaces=["a"],
+            namespaceSelector={"matchLabels": {"t": "1"}},
+            default=True,
+            cohort="pool",
+            weight=2,
+            backfillWaitSeconds=60,
             preemption={"reclaimWithinCohort": False, "withinQueue": "Never"},
-            quotas=[{"name": "h100", "products": [H100], "gpus": 16, "borrowingLimit": 4},
-                    {"gpus": 8}],
+            quotas=[
+                {"name": "h100", "products": [H100], "gpus": 16, "borrowingLimit": 4},
+                {"gpus": 8},
+            ],
             policy={"maxRunningJobs": 3},
         )
-    )  # fmt: skip
+    )
     assert [(g.name, g.products, g.nominal, g.borrowing_limit) for g in q.groups] == [
         ("h100", (H100,), 16, 4),
         ("any", (), 8, None),
@@ -323,17 +439,31 @@ def test_queue_state_from_resource() -> None:
 @pytest.mark.parametrize(
     ("spec", "field", "says"),
     [
-        ({"quotas": [{"name": "x", "gpus": 1}, {"name": "x", "gpus": 1}]}, "spec.quotas[1].name",
-         "two quotas are called 'x'"),
-        ({"quotas": [{"gpus": 1}, {"name": "y", "gpus": 1}]}, "spec.quotas[1].products",
-         "only one quota may leave products empty"),
-        ({"quotas": [{"products": [H100], "gpus": 1}, {"name": "b", "products": [H100], "gpus": 1}]},
-         "spec.quotas[1].products", "already in spec.quotas[0]"),
+        (
+            {"quotas": [{"name": "x", "gpus": 1}, {"name": "x", "gpus": 1}]},
+            "spec.quotas[1].name",
+            "two quotas are called 'x'",
+        ),
+        (
+            {"quotas": [{"gpus": 1}, {"name": "y", "gpus": 1}]},
+            "spec.quotas[1].products",
+            "only one quota may leave products empty",
+        ),
+        (
+            {
+                "quotas": [
+                    {"products": [H100], "gpus": 1},
+                    {"name": "b", "products": [H100], "gpus": 1},
+                ]
+            },
+            "spec.quotas[1].products",
+            "already in spec.quotas[0]",
+        ),
         ({"weight": 0}, "spec.weight", "greater than 0"),
         ({"quotas": [{"gpus": -1}]}, "spec.quotas.0.gpus", "greater than or equal to 0"),
     ],
     ids=["duplicate-name", "two-any-groups", "product-in-two-groups", "weight", "negative-gpus"],
-)  # fmt: skip
+)
 def test_queue_state_errors(spec: dict[str, Any], field: str, says: str) -> None:
     with pytest.raises(QueueConfigError) as err:
         QueueState.from_resource(queue_obj(**spec))

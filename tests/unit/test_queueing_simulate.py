@@ -98,8 +98,11 @@ def test_borrowing_then_reclaim() -> None:
     assert times(got, "team-vision/v1") == (300, 300, 1300, 1)
     first = v1.runs[0]
     assert (first.admitted, first.ended, first.preempted_by, first.preempt_reason) == (
-        0, 100, "team-nlp/n1", "Reclaim",
-    )  # fmt: skip
+        0,
+        100,
+        "team-nlp/n1",
+        "Reclaim",
+    )
     assert "preempting 1 job (team-vision/v1) (Reclaim)" in n1.waits[0].message
     assert got.peak_usage()["vision"]["h100"] == (96, 32)
 
@@ -147,10 +150,13 @@ def test_fair_share_alternates_queues() -> None:
     got = simulate(h100_nodes(2), [tq("a", 64), tq("b", 64)], jobs)
     admitted = {j.key: j.admitted for j in got.jobs}
     assert admitted == {
-        "team-a/a0": 0, "team-a/a1": 0,
-        "team-a/a2": 100, "team-b/b0": 100,  # equal shares at 100: the older head, then b
-        "team-a/a3": 200, "team-b/b1": 200,
-    }  # fmt: skip
+        "team-a/a0": 0,
+        "team-a/a1": 0,
+        "team-a/a2": 100,
+        "team-b/b0": 100,  # equal shares at 100: the older head, then b
+        "team-a/a3": 200,
+        "team-b/b1": 200,
+    }
 
 
 def test_startup_seconds_delay_the_start() -> None:
@@ -191,11 +197,13 @@ def test_refused_and_invalid_jobs_never_run() -> None:
     ("mutate", "says"),
     [
         (lambda j: j["metadata"]["annotations"].pop(c.ANNOTATION_SIM_DURATION), "required"),
-        (lambda j: j["metadata"]["annotations"].update({c.ANNOTATION_SIM_SUBMIT: "soon"}),
-         "not a number of seconds"),
+        (
+            lambda j: j["metadata"]["annotations"].update({c.ANNOTATION_SIM_SUBMIT: "soon"}),
+            "not a number of seconds",
+        ),
     ],
     ids=["missing-duration", "bad-submit"],
-)  # fmt: skip
+)
 def test_bad_annotations_are_input_errors(mutate: Any, says: str) -> None:
     job = tj("team-q/a", 0, 10)
     mutate(job)
@@ -225,8 +233,14 @@ def example_result() -> SimResult:
     ]
     queues, jobs, namespaces, classes, default = split_documents(docs)
     nodes = yaml.safe_load(FLEET_NODES.read_text())["items"]
-    return simulate(nodes, queues, jobs, namespaces=namespaces, priority_classes=classes,
-                    default_priority=default)  # fmt: skip
+    return simulate(
+        nodes,
+        queues,
+        jobs,
+        namespaces=namespaces,
+        priority_classes=classes,
+        default_priority=default,
+    )
 
 
 def test_example_scenario() -> None:
@@ -256,22 +270,57 @@ def run_cli(*args: str) -> Any:
 
 
 def test_cli_prints_the_table() -> None:
-    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
-                  "--jobs", str(SIM / "jobs.yaml"))  # fmt: skip
+    res = run_cli(
+        "--nodes",
+        str(FLEET_NODES),
+        "--queues",
+        str(SIM / "queues.yaml"),
+        "--jobs",
+        str(SIM / "jobs.yaml"),
+    )
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert lines[0].split() == ["JOB", "QUEUE", "GPUS", "PRIO", "SUBMIT", "ADMIT", "START",
-                                "FINISH", "PREEMPT", "STATE", "NODES"]  # fmt: skip
+    assert lines[0].split() == [
+        "JOB",
+        "QUEUE",
+        "GPUS",
+        "PRIO",
+        "SUBMIT",
+        "ADMIT",
+        "START",
+        "FINISH",
+        "PREEMPT",
+        "STATE",
+        "NODES",
+    ]
     row = next(line.split() for line in lines if line.startswith("team-nlp/gpt-pretrain"))
-    assert row[:10] == ["team-nlp/gpt-pretrain", "nlp", "64", "100", "600", "600", "600",
-                        "3000", "0", "Finished"]  # fmt: skip
+    assert row[:10] == [
+        "team-nlp/gpt-pretrain",
+        "nlp",
+        "64",
+        "100",
+        "600",
+        "600",
+        "600",
+        "3000",
+        "0",
+        "Finished",
+    ]
     assert "team-vision/resnet-b preempted (Reclaim) by team-nlp/gpt-pretrain" in res.output
     assert "vision: a100 0/0, h100 80/16" in res.output
 
 
 def test_cli_json() -> None:
-    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
-                  "--jobs", str(SIM / "jobs.yaml"), "-o", "json")  # fmt: skip
+    res = run_cli(
+        "--nodes",
+        str(FLEET_NODES),
+        "--queues",
+        str(SIM / "queues.yaml"),
+        "--jobs",
+        str(SIM / "jobs.yaml"),
+        "-o",
+        "json",
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     sweep = next(j for j in data["jobs"] if j["key"] == "team-nlp/sweep")
@@ -285,8 +334,9 @@ def test_cli_input_errors_exit_2(tmp_path: Any) -> None:
     job = tj("team-q/a", 0, 10)
     del job["metadata"]["annotations"][c.ANNOTATION_SIM_DURATION]
     bad.write_text(yaml.safe_dump(job))
-    res = run_cli("--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"),
-                  "--jobs", str(bad))  # fmt: skip
+    res = run_cli(
+        "--nodes", str(FLEET_NODES), "--queues", str(SIM / "queues.yaml"), "--jobs", str(bad)
+    )
     assert res.exit_code == 2
     assert "trainop.dev/sim-duration-seconds: required" in res.output
     other = tmp_path / "queues.yaml"
@@ -315,8 +365,9 @@ def test_template_node_selector_is_named_in_the_wait() -> None:
     got = simulate(h100_nodes(2), [tq("q", 64)], [job])
     notes = got.job("team-q/sel").waits
     assert notes, "the job never ran, so it must have waited"
-    assert any("excluded by the Worker template's nodeSelector pool=nowhere" in w.message
-               for w in notes), notes  # fmt: skip
+    assert any(
+        "excluded by the Worker template's nodeSelector pool=nowhere" in w.message for w in notes
+    ), notes
 
 
 def test_spread_gang_waits_for_a_rack_then_takes_it() -> None:

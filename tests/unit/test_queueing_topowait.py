@@ -46,26 +46,49 @@ GANG = QueuedJob("ns/gang", "q", 16, created=NOW - 100)
 @pytest.mark.parametrize(
     "fit, ends, bound, waited, expected",
     [
-        pytest.param(spread_fit(ideal=None), (NOW + 60, None), BOUND, 0, None,
-                     id="no-ideal-never-waits"),
-        pytest.param(spread_fit(real=0.0105), (NOW + 60, None), BOUND, 0, None,
-                     id="within-10pct-of-ideal"),
+        pytest.param(
+            spread_fit(ideal=None), (NOW + 60, None), BOUND, 0, None, id="no-ideal-never-waits"
+        ),
+        pytest.param(
+            spread_fit(real=0.0105), (NOW + 60, None), BOUND, 0, None, id="within-10pct-of-ideal"
+        ),
         pytest.param(spread_fit(), (NOW + 60, None), 0, 0, None, id="bound-zero-disables"),
-        pytest.param(spread_fit(), (NOW + 60, None), BOUND, BOUND, None,
-                     id="waited-past-bound-takes-best-available"),
+        pytest.param(
+            spread_fit(),
+            (NOW + 60, None),
+            BOUND,
+            BOUND,
+            None,
+            id="waited-past-bound-takes-best-available",
+        ),
         # ratio 1.3: the bound shrinks to 0.3 x 600 = 180 s; 200 s waited is past it.
-        pytest.param(spread_fit(real=0.013), (NOW + 60, None), BOUND, 200, None,
-                     id="bound-scaled-by-cost"),
-        pytest.param(spread_fit(real=0.013), (NOW + 60, None), BOUND, 100, NOW + 60,
-                     id="scaled-bound-not-yet-reached"),
-        pytest.param(spread_fit(), (NOW + 60, NOW + 5000), BOUND, 0, NOW + 60,
-                     id="rack-frees-soon-wait"),
-        pytest.param(spread_fit(), (NOW + 5000, NOW + 5000), BOUND, 0, None,
-                     id="nothing-frees-in-time-admit-now"),
-        pytest.param(spread_fit(), (None, NOW + 5000), BOUND, 0, "unknown",
-                     id="unknown-end-may-free-wait"),
+        pytest.param(
+            spread_fit(real=0.013), (NOW + 60, None), BOUND, 200, None, id="bound-scaled-by-cost"
+        ),
+        pytest.param(
+            spread_fit(real=0.013),
+            (NOW + 60, None),
+            BOUND,
+            100,
+            NOW + 60,
+            id="scaled-bound-not-yet-reached",
+        ),
+        pytest.param(
+            spread_fit(), (NOW + 60, NOW + 5000), BOUND, 0, NOW + 60, id="rack-frees-soon-wait"
+        ),
+        pytest.param(
+            spread_fit(),
+            (NOW + 5000, NOW + 5000),
+            BOUND,
+            0,
+            None,
+            id="nothing-frees-in-time-admit-now",
+        ),
+        pytest.param(
+            spread_fit(), (None, NOW + 5000), BOUND, 0, "unknown", id="unknown-end-may-free-wait"
+        ),
     ],
-)  # fmt: skip
+)
 def test_topology_wait(
     fit: Fit, ends: tuple[float | None, float | None], bound: float, waited: float, expected: Any
 ) -> None:
@@ -125,14 +148,25 @@ def test_preferred_gang_waits_and_holds_its_rack() -> None:
     "mode, ends, queue, action",
     [
         pytest.param("Required", (NOW + 60, None), {}, "Admit", id="required-never-waits"),
-        pytest.param("Preferred", (NOW + 5000, NOW + 5000), {}, "Admit",
-                     id="no-rack-frees-in-time"),
-        pytest.param("Preferred", (NOW + 60, None), {"topology_wait_seconds": 0.0}, "Admit",
-                     id="queue-disables-waiting"),
-        pytest.param("Preferred", (NOW + 60, None), {"topology_wait_seconds": 50.0}, "Admit",
-                     id="queue-bound-already-passed"),
+        pytest.param(
+            "Preferred", (NOW + 5000, NOW + 5000), {}, "Admit", id="no-rack-frees-in-time"
+        ),
+        pytest.param(
+            "Preferred",
+            (NOW + 60, None),
+            {"topology_wait_seconds": 0.0},
+            "Admit",
+            id="queue-disables-waiting",
+        ),
+        pytest.param(
+            "Preferred",
+            (NOW + 60, None),
+            {"topology_wait_seconds": 50.0},
+            "Admit",
+            id="queue-bound-already-passed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_admits_spread_gang(mode: str, ends: Any, queue: dict[str, Any], action: str) -> None:
     d = _admit(mode, ends, **queue)
     assert d["ns/gang"].action == action, d["ns/gang"].message
@@ -152,7 +186,7 @@ def test_operator_default_bound_applies_without_queue_setting() -> None:
         pytest.param({"topologyWaitSeconds": 0}, 0.0, id="zero-disables"),
         pytest.param({"topologyWaitSeconds": 900}, 900.0, id="set"),
     ],
-)  # fmt: skip
+)
 def test_queue_spec_field(spec: dict[str, Any], expected: float | None) -> None:
     q = QueueState.from_resource({"metadata": {"name": "q"}, "spec": spec})
     assert q.topology_wait_seconds == expected

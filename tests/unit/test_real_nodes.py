@@ -93,35 +93,49 @@ def _nodes(result: Plan | Wait) -> set[str]:
     [
         # whole GPUs never come from sliced nodes, even when the slices would "fit"
         pytest.param(
-            {}, ("t4-time-sliced", "a100-mig-single", "t400-replicas-only"), "Incompatible",
+            {},
+            ("t4-time-sliced", "a100-mig-single", "t400-replicas-only"),
+            "Incompatible",
             id="whole-gpu-job-on-sliced-nodes",
         ),
         pytest.param({}, ("a100-mig-mixed",), "Incompatible", id="mig-mixed-has-no-whole-gpus"),
         pytest.param({}, ("a100-no-driver-label",), "Incompatible", id="missing-driver-label"),
         pytest.param({}, ("cpu-only",), "Incompatible", id="cpu-only"),
         pytest.param({}, ("v100-old-labels",), "v100-old-labels", id="old-labels-run"),
-        pytest.param({"placement": {"topology": "none", "gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}},
-                     None, "dgx-h100-r550", id="whole-fleet-h100-only"),
+        pytest.param(
+            {"placement": {"topology": "none", "gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}},
+            None,
+            "dgx-h100-r550",
+            id="whole-fleet-h100-only",
+        ),
         # MIG single on R470: no NGC PyTorch image runs natively on R470 (CUDA >= 12.1), and
         # forward compatibility is not taken on "-MIG-" products (fail closed, see compat)
         pytest.param(
             {"gpuSharing": {"mode": "MIG", "migProfile": "1g.5gb"}},
-            ("a100-mig-single", "dgx-h100-r550"), "Incompatible", id="mig-single-on-r470",
+            ("a100-mig-single", "dgx-h100-r550"),
+            "Incompatible",
+            id="mig-single-on-r470",
         ),
         pytest.param(
             {"gpuSharing": {"mode": "MIG", "migProfile": "1g.5gb"}},
-            ("a100-mig-mixed", "dgx-h100-r550"), "a100-mig-mixed", id="mig-mixed-slice",
+            ("a100-mig-mixed", "dgx-h100-r550"),
+            "a100-mig-mixed",
+            id="mig-mixed-slice",
         ),
         pytest.param(
             {"gpuSharing": {"mode": "Shared"}},
-            ("t4-time-sliced", "dgx-h100-r550"), "t4-time-sliced", id="time-sliced",
+            ("t4-time-sliced", "dgx-h100-r550"),
+            "t4-time-sliced",
+            id="time-sliced",
         ),
         pytest.param(
             {"gpuSharing": {"mode": "MIG", "migProfile": "2g.10gb"}},
-            ("a100-mig-single", "a100-mig-mixed"), "Incompatible", id="mig-profile-absent",
+            ("a100-mig-single", "a100-mig-mixed"),
+            "Incompatible",
+            id="mig-profile-absent",
         ),
     ],
-)  # fmt: skip
+)
 def test_single_gpu_job_over_real_nodes(
     spec: dict[str, Any], nodes: tuple[str, ...] | None, expect: str
 ) -> None:

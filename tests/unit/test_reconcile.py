@@ -690,16 +690,27 @@ CASES = [
         delete=(W0, W1),
         events=(("Warning", "GangRestart"),),
         requeue=1.0,
-        status={"restartCount": 1, "lastFailure": {
-            "reason": "OOMKilled", "pod": W1, "retryable": True, "exitCode": 137,
-            "message": f"pod {W1} was OOM-killed: raise the container's memory limit in its "
-            "template"}},
+        status={
+            "restartCount": 1,
+            "lastFailure": {
+                "reason": "OOMKilled",
+                "pod": W1,
+                "retryable": True,
+                "exitCode": 137,
+                "message": f"pod {W1} was OOM-killed: raise the container's memory limit in its "
+                "template",
+            },
+        },
     ),
     Case(
         "nccl-error-exit-1-retryable-under-exit-code",
         running(job().run_policy(restartPolicy="ExitCode")),
-        (pod(W0).terminated(1, message="RuntimeError: NCCL error in: ...: unhandled system "
-                                        "error"), pod(W1).running()),
+        (
+            pod(W0).terminated(
+                1, message="RuntimeError: NCCL error in: ...: unhandled system error"
+            ),
+            pod(W1).running(),
+        ),
         phase="Restarting",
         reason="GangRestart",
         message="NCCL error",
@@ -711,8 +722,12 @@ CASES = [
     Case(
         "xid-is-the-root-cause-over-a-peer-exit-code",
         running(job().run_policy(restartPolicy="ExitCode")),
-        (pod(W0).terminated(1), pod(W1).terminated(134, message="NVRM: Xid (PCI:0000:3b:00): "
-                                                              "79, GPU has fallen off the bus")),
+        (
+            pod(W0).terminated(1),
+            pod(W1).terminated(
+                134, message="NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus"
+            ),
+        ),
         phase="Restarting",
         reason="GangRestart",
         message="GPU Xid 79 (GPU has fallen off the bus)",
@@ -769,11 +784,16 @@ CASES = [
         message=f"pod {W0} cannot pull image nvcr.io/x:1",
         delete=(W0, W1),
         events=(("Warning", "ImagePullFailed"),),
-        status={"lastFailure": {
-            "reason": "ImagePullFailed", "pod": W0, "retryable": False,
-            "message": f"pod {W0} cannot pull image nvcr.io/x:1 (ImagePullBackOff: Back-off "
-            'pulling image "nvcr.io/x:1"): fix spec.image (or the template\'s image), or the '
-            "registry credentials (imagePullSecrets)"}},
+        status={
+            "lastFailure": {
+                "reason": "ImagePullFailed",
+                "pod": W0,
+                "retryable": False,
+                "message": f"pod {W0} cannot pull image nvcr.io/x:1 (ImagePullBackOff: Back-off "
+                'pulling image "nvcr.io/x:1"): fix spec.image (or the template\'s image), or the '
+                "registry credentials (imagePullSecrets)",
+            }
+        },
     ),
     Case(
         "invalid-image-name-fails-at-once",
@@ -785,7 +805,7 @@ CASES = [
         delete=(W0, W1),
         events=(("Warning", "ImagePullFailed"),),
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", [pytest.param(x, id=x.id) for x in CASES])

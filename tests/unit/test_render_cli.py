@@ -120,7 +120,7 @@ def test_pytorch_example_wiring() -> None:
         assert "IPC_LOCK" in ctr["securityContext"]["capabilities"]["add"]
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in p["spec"][
             "volumes"
-        ]  # fmt: skip
+        ]
 
 
 def test_tensorflow_example_tf_config() -> None:
@@ -143,14 +143,30 @@ def test_mpi_example_hostfile_and_secret_note() -> None:
 
 
 def test_user_template_merged(tmp_path: Path) -> None:
-    template = {"spec": {"containers": [
-        {"name": "trainer", "command": ["torchrun", "t.py"],
-         "env": [{"name": "NCCL_IB_HCA", "value": "=mlx5_0"}, {"name": "STEPS", "value": "08"}],
-         "resources": {"limits": {"cpu": "32", "memory": "256Gi"},
-                       "requests": {"cpu": "30", "memory": "200Gi"}}},
-        {"name": "sidecar", "image": "busybox:1.36", "command": ["sleep", "infinity"],
-         "resources": {"limits": {"cpu": "100m"}}},
-    ]}}  # fmt: skip
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "command": ["torchrun", "t.py"],
+                    "env": [
+                        {"name": "NCCL_IB_HCA", "value": "=mlx5_0"},
+                        {"name": "STEPS", "value": "08"},
+                    ],
+                    "resources": {
+                        "limits": {"cpu": "32", "memory": "256Gi"},
+                        "requests": {"cpu": "30", "memory": "200Gi"},
+                    },
+                },
+                {
+                    "name": "sidecar",
+                    "image": "busybox:1.36",
+                    "command": ["sleep", "infinity"],
+                    "resources": {"limits": {"cpu": "100m"}},
+                },
+            ]
+        }
+    }
     body = Job("merge").framework("pytorch", "2.4").cuda("12.4").workers(2, 8, template)
     result = render(write_jobs(tmp_path, body.placement("rack").obj()))
     assert result.exit_code == 0, result.stderr
@@ -168,9 +184,13 @@ def test_user_template_merged(tmp_path: Path) -> None:
 
 
 def test_t4_job_disables_ib(tmp_path: Path) -> None:
-    body = Job("t4").framework("pytorch").cuda("12.0").workers(2, 4).placement(
-        "rack", products=["Tesla-T4"]
-    )  # fmt: skip
+    body = (
+        Job("t4")
+        .framework("pytorch")
+        .cuda("12.0")
+        .workers(2, 4)
+        .placement("rack", products=["Tesla-T4"])
+    )
     result = render(write_jobs(tmp_path, body.obj()))
     assert result.exit_code == 0, result.stderr
     for pod in pods_of(objects(result)):
@@ -179,9 +199,7 @@ def test_t4_job_disables_ib(tmp_path: Path) -> None:
 
 
 def test_cuda_13_job_lands_on_h100(tmp_path: Path) -> None:
-    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement(
-        "rack", "Preferred"
-    )  # fmt: skip
+    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement("rack", "Preferred")
     result = render(write_jobs(tmp_path, body.obj()))
     assert result.exit_code == 0, result.stderr
     nodes = {pinned_node(p) for p in pods_of(objects(result))}
@@ -202,9 +220,9 @@ def test_rack_required_too_big_exits_3_naming_the_rack(tmp_path: Path) -> None:
 
 
 def test_v100_only_job_exits_3(tmp_path: Path) -> None:
-    body = Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement(
-        "node", products=[V100]
-    )  # fmt: skip
+    body = (
+        Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement("node", products=[V100])
+    )
     result = render(write_jobs(tmp_path, body.obj()))
     assert result.exit_code == 3
     assert result.stderr.startswith("Incompatible: ")
@@ -214,12 +232,15 @@ def test_v100_only_job_exits_3(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        pytest.param(lambda j: j.workers(2, -1), "error: spec.replicaSpecs.Worker.gpus: ", id="gpus"),
-        pytest.param(lambda j: j.role("Sidekick", 1, 0), "error: spec.replicaSpecs: unknown role",
-                     id="role"),
+        pytest.param(
+            lambda j: j.workers(2, -1), "error: spec.replicaSpecs.Worker.gpus: ", id="gpus"
+        ),
+        pytest.param(
+            lambda j: j.role("Sidekick", 1, 0), "error: spec.replicaSpecs: unknown role", id="role"
+        ),
         pytest.param(lambda j: j.role("PS", 1, 0), "error: spec.replicaSpecs", id="framework-role"),
     ],
-)  # fmt: skip
+)
 def test_invalid_job_exits_2_naming_the_field(tmp_path: Path, mutate: Any, message: str) -> None:
     job = Job("bad").framework("pytorch").workers(2, 8)
     mutate(job)
@@ -232,14 +253,17 @@ def test_invalid_job_exits_2_naming_the_field(tmp_path: Path, mutate: Any, messa
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        pytest.param({"metadata": {"namespace": "x"}}, "error: metadata.name: required", id="no-name"),
+        pytest.param(
+            {"metadata": {"namespace": "x"}}, "error: metadata.name: required", id="no-name"
+        ),
         pytest.param({"metadata": None}, "error: metadata.name: required", id="no-metadata"),
-        pytest.param({"metadata": {"name": "Bert_1"}}, "error: metadata.name: 'Bert_1' is not",
-                     id="bad-name"),
+        pytest.param(
+            {"metadata": {"name": "Bert_1"}}, "error: metadata.name: 'Bert_1' is not", id="bad-name"
+        ),
         pytest.param({"metadata": {"name": "a" * 60}}, "error: metadata.name: too long", id="long"),
         pytest.param({"apiVersion": "trainop.dev/v1"}, "error: apiVersion: expected", id="version"),
     ],
-)  # fmt: skip
+)
 def test_identity_errors_exit_2(tmp_path: Path, body: dict[str, Any], message: str) -> None:
     doc = Job("ok").framework("pytorch").workers(1, 8).obj()
     doc.update(body)
@@ -330,15 +354,33 @@ def test_the_jobs_own_pods_do_not_block_it(tmp_path: Path) -> None:
 
 def test_config_applies(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "fabricProfiles": [{"name": "t4-tcp", "spec": {
-            "nodeSelector": {c.GFD_PRODUCT: "Tesla-T4"}, "fabric": "TCP", "socketIfname": "ens5"}}],
-        "catalogOverrides": {"images": {"pytorch": {"repository": "registry.local/nvidia/pytorch"}}},
-        "compatAffinity": False,
-    }))  # fmt: skip
-    body = Job("t4").framework("pytorch").cuda("12.0").workers(2, 4).placement(
-        "rack", products=["Tesla-T4"]
-    )  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "fabricProfiles": [
+                    {
+                        "name": "t4-tcp",
+                        "spec": {
+                            "nodeSelector": {c.GFD_PRODUCT: "Tesla-T4"},
+                            "fabric": "TCP",
+                            "socketIfname": "ens5",
+                        },
+                    }
+                ],
+                "catalogOverrides": {
+                    "images": {"pytorch": {"repository": "registry.local/nvidia/pytorch"}}
+                },
+                "compatAffinity": False,
+            }
+        )
+    )
+    body = (
+        Job("t4")
+        .framework("pytorch")
+        .cuda("12.0")
+        .workers(2, 4)
+        .placement("rack", products=["Tesla-T4"])
+    )
     result = render(write_jobs(tmp_path, body.obj()), "--config", str(config))
     assert result.exit_code == 0, result.stderr
     for pod in pods_of(objects(result)):
@@ -347,7 +389,7 @@ def test_config_applies(tmp_path: Path) -> None:
         assert pod["spec"]["containers"][0]["image"].startswith("registry.local/nvidia/pytorch:")
         terms = pod["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
-        ]["nodeSelectorTerms"]  # fmt: skip
+        ]["nodeSelectorTerms"]
         node = pinned_node(pod)
         assert terms == [
             {
@@ -372,12 +414,15 @@ def test_config_topology_levels(tmp_path: Path) -> None:
     [
         pytest.param("kind: TrainingJob\nmetadata: {name: a\n", "not valid YAML (line", id="yaml"),
         pytest.param("- 1\n- 2\n", "expected an object", id="list"),
-        pytest.param("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "no TrainingJob document",
-                     id="no-job"),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+            "no TrainingJob document",
+            id="no-job",
+        ),
         pytest.param("metadata: {name: a}\nspec: {}\n", "kind: required", id="no-kind"),
         pytest.param("", "no TrainingJob document (found nothing)", id="empty"),
     ],
-)  # fmt: skip
+)
 def test_bad_job_file_exits_2(tmp_path: Path, content: str, message: str) -> None:
     p = tmp_path / "job.yaml"
     p.write_text(content)
@@ -396,17 +441,24 @@ def test_binary_job_file_exits_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("nodes", "message"),
     [
-        pytest.param("kind: Pod\nmetadata: {name: p}\n", "object 1 is a Pod, expected Node",
-                     id="pod"),
+        pytest.param(
+            "kind: Pod\nmetadata: {name: p}\n", "object 1 is a Pod, expected Node", id="pod"
+        ),
         pytest.param("kind: Node\nmetadata: {}\n", "Node 1 has no metadata.name", id="no-name"),
-        pytest.param("kind: Node\nmetadata: {name: n, labels: {nvidia.com/gpu.count: 8}}\n",
-                     "metadata.labels.nvidia.com/gpu.count: label values must be strings",
-                     id="int-label"),
-        pytest.param("kind: List\nitems:\n- {kind: Node, metadata: {name: n}}\n"
-                     "- {kind: Node, metadata: {name: n}}\n", "--nodes", id="duplicate"),
+        pytest.param(
+            "kind: Node\nmetadata: {name: n, labels: {nvidia.com/gpu.count: 8}}\n",
+            "metadata.labels.nvidia.com/gpu.count: label values must be strings",
+            id="int-label",
+        ),
+        pytest.param(
+            "kind: List\nitems:\n- {kind: Node, metadata: {name: n}}\n"
+            "- {kind: Node, metadata: {name: n}}\n",
+            "--nodes",
+            id="duplicate",
+        ),
         pytest.param("kind: Node\nmetadata: {name: [\n", "not valid YAML", id="yaml"),
     ],
-)  # fmt: skip
+)
 def test_bad_nodes_file_exits_2(tmp_path: Path, nodes: str, message: str) -> None:
     p = tmp_path / "nodes.yaml"
     p.write_text(nodes)
@@ -424,8 +476,14 @@ def test_no_nodes_exits_3(tmp_path: Path) -> None:
 
 
 def test_bad_pods_and_config_files_exit_2(tmp_path: Path) -> None:
-    nodes_as_pods = run("render", str(EXAMPLES / "pytorch-ddp.yaml"), "--nodes", str(FLEET_NODES),
-                        "--pods", str(FLEET_NODES))  # fmt: skip
+    nodes_as_pods = run(
+        "render",
+        str(EXAMPLES / "pytorch-ddp.yaml"),
+        "--nodes",
+        str(FLEET_NODES),
+        "--pods",
+        str(FLEET_NODES),
+    )
     assert nodes_as_pods.exit_code == 2 and "--pods" in nodes_as_pods.stderr
     config = tmp_path / "config.yaml"
     config.write_text("topologyLevel: []\n")
@@ -472,9 +530,7 @@ def test_fleet_yaml_matches_fleet_json() -> None:
 
 
 def test_render_shows_compatibility_and_releases_tried(tmp_path: Path) -> None:
-    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement(
-        "rack", "Preferred"
-    )  # fmt: skip
+    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement("rack", "Preferred")
     result = render(write_jobs(tmp_path, body.obj()))
     assert result.exit_code == 0, result.stderr
     assert "# image: nvcr.io/nvidia/pytorch:" in result.stdout

@@ -56,10 +56,42 @@ def quoted(text: str, scalar: str) -> bool:
 
 @pytest.mark.parametrize(
     "scalar",
-    ["08", "09", "1", "007", "-3", "true", "False", "1e3", "1E-3", "-1.5e+10", ".5", "1.",
-     "null", "~", "0x1f", "0o17", "0b101", "1_000", "190:20:30", ".inf", "-.Inf", ".NaN",
-     "2024-01-31", "y", "N", "yes", "off", "On", "", " lead", "trail ", "12.4", "+1"],
-)  # fmt: skip
+    [
+        "08",
+        "09",
+        "1",
+        "007",
+        "-3",
+        "true",
+        "False",
+        "1e3",
+        "1E-3",
+        "-1.5e+10",
+        ".5",
+        "1.",
+        "null",
+        "~",
+        "0x1f",
+        "0o17",
+        "0b101",
+        "1_000",
+        "190:20:30",
+        ".inf",
+        "-.Inf",
+        ".NaN",
+        "2024-01-31",
+        "y",
+        "N",
+        "yes",
+        "off",
+        "On",
+        "",
+        " lead",
+        "trail ",
+        "12.4",
+        "+1",
+    ],
+)
 def test_ambiguous_strings_are_quoted(scalar: str) -> None:
     text = dump_yaml({"k": scalar})
     assert quoted(text, scalar), text
@@ -68,9 +100,22 @@ def test_ambiguous_strings_are_quoted(scalar: str) -> None:
 
 @pytest.mark.parametrize(
     "scalar",
-    ["v1", "Pod", "nvidia.com/gpu", "a100-01", "418.87.01", "1.2.3", "=mlx5_0,mlx5_3",
-     "9db36589339c201f", "trainop.dev/admission", "IPC_LOCK", "16Gi", "2Ti", "eth0"],
-)  # fmt: skip
+    [
+        "v1",
+        "Pod",
+        "nvidia.com/gpu",
+        "a100-01",
+        "418.87.01",
+        "1.2.3",
+        "=mlx5_0,mlx5_3",
+        "9db36589339c201f",
+        "trainop.dev/admission",
+        "IPC_LOCK",
+        "16Gi",
+        "2Ti",
+        "eth0",
+    ],
+)
 def test_ordinary_strings_stay_plain(scalar: str) -> None:
     assert dump_yaml({"k": scalar}).strip() == f"k: {scalar}"
 
@@ -131,8 +176,11 @@ def test_long_values_are_not_folded() -> None:
 def test_key_order_is_kept() -> None:
     text = dump_yaml({"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}})
     assert [line.split(":")[0] for line in text.splitlines()] == [
-        "apiVersion", "kind", "metadata", "spec"
-    ]  # fmt: skip
+        "apiVersion",
+        "kind",
+        "metadata",
+        "spec",
+    ]
 
 
 def test_tuples_and_mappings_dump_as_plain_yaml() -> None:
@@ -202,9 +250,13 @@ def test_load_bad_yaml_names_source_and_line() -> None:
 
 @pytest.mark.parametrize(
     ("text", "where"),
-    [("- a\n- b\n", "document 1"), ("kind: Pod\n---\njust text\n", "document 2"),
-     ("kind: List\nitems: [1]\n", r"items\[0\]"), ("kind: List\nitems: {a: 1}\n", "items")],
-)  # fmt: skip
+    [
+        ("- a\n- b\n", "document 1"),
+        ("kind: Pod\n---\njust text\n", "document 2"),
+        ("kind: List\nitems: [1]\n", r"items\[0\]"),
+        ("kind: List\nitems: {a: 1}\n", "items"),
+    ],
+)
 def test_load_rejects_non_objects(text: str, where: str) -> None:
     with pytest.raises(YamlInputError, match=where):
         load_yaml_documents(text, source="f.yaml")

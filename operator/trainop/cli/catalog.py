@@ -29,11 +29,18 @@ from trainop.planner import OperatorConfig
     type=click.Path(dir_okay=False, exists=True, allow_dash=True),
     help="Nodes (`kubectl get nodes -o yaml`): add which of them can run each image.",
 )
-@click.option("--config", "config_file", metavar="CONFIG.yaml",
-              type=click.Path(dir_okay=False, exists=True),
-              help="Operator config whose catalogOverrides apply.")  # fmt: skip
-@click.option("--check", is_flag=True,
-              help="List the facts still marked unconfirmed; exit 1 when there are any.")  # fmt: skip
+@click.option(
+    "--config",
+    "config_file",
+    metavar="CONFIG.yaml",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Operator config whose catalogOverrides apply.",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="List the facts still marked unconfirmed; exit 1 when there are any.",
+)
 def catalog(
     framework: str | None,
     cuda: str | None,

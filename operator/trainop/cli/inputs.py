@@ -80,7 +80,9 @@ def read_objects(path: str, kind: str, flag: str) -> list[dict[str, Any]]:
             else ["*"]
         )
         if bad:
-            raise InputError(f"{flag} {path}: {kind} {name}: metadata.labels.{bad[0]}: label "
-                             "values must be strings (quote them)")  # fmt: skip
+            raise InputError(
+                f"{flag} {path}: {kind} {name}: metadata.labels.{bad[0]}: label "
+                "values must be strings (quote them)"
+            )
         out.append(obj)
     return out

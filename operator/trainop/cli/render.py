@@ -66,9 +66,11 @@ def _check_identity(body: Mapping[str, Any]) -> str | None:
     if not name:
         return "metadata.name: required: every TrainingJob needs a name"
     if len(name) > _DNS_LABEL_MAX or not _DNS1035.match(name):
-        return (f"metadata.name: {name!r} is not a DNS-1035 label (lower-case letters, digits "
-                f"and '-', starting with a letter, at most {_DNS_LABEL_MAX} characters); the "
-                "job's headless Service carries this name")  # fmt: skip
+        return (
+            f"metadata.name: {name!r} is not a DNS-1035 label (lower-case letters, digits "
+            f"and '-', starting with a letter, at most {_DNS_LABEL_MAX} characters); the "
+            "job's headless Service carries this name"
+        )
     return None
 
 
@@ -77,8 +79,10 @@ def _long_hostnames(plan: Plan) -> str | None:
     for pod in plan.pods:
         name = object_name(pod)
         if len(name) > _DNS_LABEL_MAX:
-            return (f"metadata.name: too long: pod hostname {name!r} has {len(name)} characters, "
-                    f"the limit is {_DNS_LABEL_MAX}; shorten the job name")  # fmt: skip
+            return (
+                f"metadata.name: too long: pod hostname {name!r} has {len(name)} characters, "
+                f"the limit is {_DNS_LABEL_MAX}; shorten the job name"
+            )
     return None
 
 
@@ -127,9 +131,11 @@ def _plan(
     except InvalidJob as exc:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {exc.field}: {exc.detail}"])
     except Exception as exc:  # a planner bug: one clear line, never a traceback
-        return Rendered(who, EXIT_INTERNAL,
-                        errors=[f"error: internal error while planning {who}: "
-                                f"{type(exc).__name__}: {exc}"])  # fmt: skip
+        return Rendered(
+            who,
+            EXIT_INTERNAL,
+            errors=[f"error: internal error while planning {who}: {type(exc).__name__}: {exc}"],
+        )
     if isinstance(result, Wait):
         lines = [f"{result.reason}: {result.message}", *(f"  {d}" for d in result.details)]
         return Rendered(who, EXIT_WAIT, errors=lines)
@@ -149,8 +155,10 @@ def placement_header(plan: Plan) -> str:
         lines.append("# image choice, releases tried in order:")
         lines += [f"#   {t}" for t in plan.image_tried]
     if plan.secret_name:
-        lines.append(f"# not rendered: Secret {plan.secret_name} (the operator generates "
-                     "the job's SSH keypair in it)")  # fmt: skip
+        lines.append(
+            f"# not rendered: Secret {plan.secret_name} (the operator generates "
+            "the job's SSH keypair in it)"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -165,8 +173,10 @@ def _jobs(path: str) -> tuple[list[dict[str, Any]], list[str]]:
         elif kind is None:
             raise InputError(f"{path}: document {i + 1}: kind: required (kind: TrainingJob)")
         else:
-            notes.append(f"note: skipping {kind} {object_name(doc) or f'(document {i + 1})'}: "
-                         "not a TrainingJob")  # fmt: skip
+            notes.append(
+                f"note: skipping {kind} {object_name(doc) or f'(document {i + 1})'}: "
+                "not a TrainingJob"
+            )
     if not jobs:
         found = ", ".join(sorted({str(d.get("kind")) for d in docs})) or "nothing"
         raise InputError(f"{path}: no TrainingJob document (found {found})")
@@ -200,8 +210,14 @@ _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
     type=_file,
     help="Operator config: topologyLevels, fabricProfiles, catalogOverrides.",
 )
-@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml",
-              show_default=True, help="yaml: a multi-document stream; json: one v1 List.")  # fmt: skip
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="yaml: a multi-document stream; json: one v1 List.",
+)
 def render(
     job_file: str, nodes_file: str, pods_file: str | None, config_file: str | None, output: str
 ) -> None:
@@ -236,8 +252,11 @@ def render(
         if placed:
             items = [obj for plan in placed for obj in plan.objects]
             # default=str: a stray non-JSON value from the user's template prints, not crashes
-            click.echo(json.dumps({"apiVersion": "v1", "kind": "List", "items": items},
-                                  indent=2, default=str))  # fmt: skip
+            click.echo(
+                json.dumps(
+                    {"apiVersion": "v1", "kind": "List", "items": items}, indent=2, default=str
+                )
+            )
     else:
         chunks = [placement_header(plan) + dump_yaml_all(plan.objects) for plan in placed]
         if chunks:
