@@ -105,7 +105,7 @@ def load_fleet(path: str | Path | None = None) -> Fleet:
     return fleet
 
 
-def _gfd_labels(cls: NodeClass) -> dict[str, str]:
+def gfd_labels(cls: NodeClass) -> dict[str, str]:
     """The labels GPU Feature Discovery writes (shared/reference/cuda-and-gpus.yaml, gfd_labels)."""
     gpu = cls.gpu
     if gpu is None:
@@ -162,7 +162,7 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 c.LABEL_BLOCK: g.block,
                 c.LABEL_RACK: g.rack,
                 "trainop.dev/node-class": g.node_class,
-                **_gfd_labels(cls),
+                **gfd_labels(cls),
                 **cls.labels,
             }
             if cls.clique_size:
