@@ -7,7 +7,7 @@ PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
         importlint generate check-generated demo demo-down bench clean chart-lint \
-        real-deps build-node-binaries images test-real
+        real-deps build-node-binaries images test-real demo-real demo-real-down
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -75,6 +75,15 @@ chart-lint: install build-binaries
 
 demo: install build-binaries
 	bash examples/demo.sh
+
+# The real-node demo (root): one real node, a PyTorch DDP job that trains, its log.
+demo-real: install build-binaries build-node-binaries real-deps
+	bash examples/demo-real.sh
+
+demo-real-down: install
+	-@pid=$${XDG_STATE_HOME:-$$HOME/.local/state}/trainop/operator-real.pid; \
+	  [ -f $$pid ] && kill $$(cat $$pid) 2>/dev/null; rm -f $$pid
+	$(TRAINOP) cluster down --name trainop-real
 
 demo-down: install
 	-@pid=$${XDG_STATE_HOME:-$$HOME/.local/state}/trainop/operator.pid; \

@@ -43,7 +43,7 @@ def main() -> None:
         time.sleep(pause)
     if rank == 0:
         verdict = "OK" if last < first / 10 else "NOT DECREASING"
-        print(f"ddp: world={world} steps={steps} loss {first:.6f} -> {last:.6f} {verdict}", flush=True)
+        print(f"ddp: world={world} steps={steps} loss {first:.4g} -> {last:.4g} {verdict}", flush=True)
     dist.destroy_process_group()
 
 

@@ -78,8 +78,31 @@ func main() {
 """
 
 TRAINOP_LAUNCH = "#!/usr/bin/python3\nfrom trainop.launcher.main import main\n\nmain()\n"
-# Debian's python3-torch ships the module, not the `torchrun` console script.
-TORCHRUN = '#!/bin/sh\nexec python3 -m torch.distributed.run "$@"\n'
+# Debian's python3-torch ships the module, not the `torchrun` console script. And its
+# torch 1.13 predates Python 3.11, where iterating an IntFlag skips the zero member: its
+# Std.from_str("0") (the default of --redirects and --tee) then returns None and torchrun
+# fails in to_map(). The wrapper maps that None back to Std.NONE (fixed upstream in 2.0).
+TORCHRUN = """#!/usr/bin/python3
+import sys
+
+from torch.distributed.elastic.multiprocessing import api
+
+_from_str = api.Std.from_str.__func__
+
+
+def _fixed(cls, vm):
+    out = _from_str(cls, vm)
+    if isinstance(out, dict):
+        return {k: cls.NONE if v is None else v for k, v in out.items()}
+    return cls.NONE if out is None else out
+
+
+api.Std.from_str = classmethod(_fixed)
+
+from torch.distributed.run import main  # noqa: E402
+
+sys.exit(main())
+"""
 # Workers of an MPI job: install the job's keys (trainop-launch does), run sshd in front.
 MPI_WORKER = """#!/bin/sh
 set -e

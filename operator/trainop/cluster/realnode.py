@@ -15,7 +15,7 @@ Choices, and why:
 - Nodes share the host network namespace; each has its own bridge and /24, so pods of
   different nodes reach each other through the host's routing. No kube-proxy: the jobs
   reach each other by pod DNS names of headless Services, which CoreDNS answers.
-- CoreDNS runs as a host process on an address of its own (a dummy interface): a
+- CoreDNS runs as a host process on an address of its own (a port-less bridge): a
   ClusterIP would need kube-proxy.
 - kubelet: cgroupfs driver, `failCgroupV1: false` (kubelet >= 1.35 refuses cgroup v1
   otherwise: https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/),
@@ -282,7 +282,9 @@ def link_exists(name: str) -> bool:
 
 def ensure_dns_link(net: ClusterNet) -> None:
     if not link_exists(net.dns_link):
-        _ip("link", "add", net.dns_link, "type", "dummy")
+        # A port-less bridge, not a `dummy` link: some kernels (this VM's) lack that module,
+        # and a bridge's own address is local all the same.
+        _ip("link", "add", net.dns_link, "type", "bridge")
     _ip("addr", "replace", f"{net.dns_ip}/32", "dev", net.dns_link)
     _ip("link", "set", net.dns_link, "up")
 
@@ -465,6 +467,7 @@ class RealNodes:
         if _pidfile_alive(pidfile):
             return
         ensure_dns_link(net)
+        self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "Corefile").write_text(corefile(net, self.kubeconfig))
         cmd = [str(self.bins["coredns"]), "-conf", str(self.base / "Corefile")]
         start_process(cmd, self.base / "coredns.log", pidfile)
