@@ -278,26 +278,18 @@ def _mmdebstrap(recipe: Recipe, out: Path, work: Path) -> None:
         root = repo_root()
         if root is None:
             raise ImageError("the operator image needs trainop's source checkout (pyproject.toml)")
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "-w",
-                str(wheel_dir),
-                str(root),
-            ],
-            "pip wheel trainop",
-        )
+        # Wheels are fetched here, with this machine's pip settings (index, proxy, CA), and
+        # installed in the chroot offline; both are CPython 3.11 on x86_64 Linux.
+        pip = [sys.executable, "-m", "pip"]
+        _run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(root)], "pip wheel")
         wheel = next(wheel_dir.glob("trainop-*.whl"))
+        _run([*pip, "download", "-q", "-d", str(wheel_dir), str(wheel)], "pip download")
         cmd += [
-            f"--customize-hook=copy-in {wheel} /tmp",
+            f"--customize-hook=copy-in {wheel_dir} /tmp",
             '--customize-hook=chroot "$1" python3 -m venv /opt/trainop',
-            f'--customize-hook=chroot "$1" /opt/trainop/bin/pip install -q --no-cache-dir /tmp/{wheel.name}',
-            f'--customize-hook=rm -f "$1"/tmp/{wheel.name}',
+            '--customize-hook=chroot "$1" /opt/trainop/bin/pip install -q --no-index '
+            f"--no-cache-dir --find-links /tmp/wheel /tmp/wheel/{wheel.name}",
+            '--customize-hook=rm -rf "$1"/tmp/wheel',
         ]
     cmd += [SUITE, str(out), MIRROR]
     _run(cmd, f"mmdebstrap of {recipe.name}")
@@ -330,5 +322,8 @@ def build_image(name: str, say: Say) -> Path:
                 layers.append(oci.files_layer(files, work / "trainop.tar"))
             config = recipe.config
         oci.write_archive(layers, config, image_ref(name), out)
+    for stale in out.parent.glob(f"{name}-*.oci.tar"):  # older builds of this image
+        if stale != out:
+            stale.unlink(missing_ok=True)
     say(f"image {name}: {image_ref(name)} built in {time.monotonic() - started:.0f} s")
     return out

@@ -205,6 +205,8 @@ class LocalCluster:
         pause_ref = images.image_ref("pause")
         realnode.enable_forwarding()
         rn.start_dns()
+        host, _port = self.apiserver_for_pods()
+        realnode.add_address(realnode.ClusterNet(self.name).dns_link, host)
         nodes = [rn.layout(i) for i in range(count)]
         for node in nodes:
             labels = realnode.node_labels(node, fleet.gfd_labels(cls))
@@ -220,6 +222,23 @@ class LocalCluster:
                 "-p", json.dumps(patch),
             )  # fmt: skip
         self._wait_nodes_ready([n.name for n in nodes], timeout)
+
+    def apiserver_for_pods(self) -> tuple[str, int]:
+        """The address and port the `kubernetes` Service's endpoints name.
+
+        Real nodes have no kube-proxy, so a pod cannot use the Service's ClusterIP; the
+        apiserver listens on all addresses, and start_real_nodes makes this one (kwokctl
+        advertises a TEST-NET address that its serving certificate names) local to the
+        host, so that pods given KUBERNETES_SERVICE_HOST/PORT reach it.
+        """
+        items = self.get_json(
+            "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
+        )["items"]
+        for eps in items:
+            for ep in eps.get("endpoints") or []:
+                for port in eps.get("ports") or []:
+                    return str(ep["addresses"][0]), int(port["port"])
+        raise ClusterError("the kubernetes Service has no endpoints yet")
 
     def _wait_registered(self, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

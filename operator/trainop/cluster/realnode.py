@@ -289,6 +289,12 @@ def ensure_dns_link(net: ClusterNet) -> None:
     _ip("link", "set", net.dns_link, "up")
 
 
+def add_address(link: str, ip: str) -> None:
+    """Make `ip` an address of this host (on `link`) unless it already is."""
+    if ip not in _ip("-o", "addr", "show").stdout.replace("/", " ").split():
+        _ip("addr", "add", f"{ip}/32", "dev", link)
+
+
 def delete_link(name: str) -> None:
     if link_exists(name):
         _ip("link", "delete", name, check=False)
