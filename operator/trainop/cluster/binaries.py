@@ -91,20 +91,35 @@ ALL_BINARIES = tuple(b for c in COMPONENTS for b in c.binaries)
 NODE_COMPONENTS = (
     Component("kubelet", KUBERNETES_VERSION, ("kubelet",)),
     Component("containerd", CONTAINERD_VERSION, ("containerd", "containerd-shim-runc-v2", "ctr")),
-    Component("coredns", COREDNS_VERSION, ("coredns",)),
+    Component("coredns-k8s", COREDNS_VERSION, ("coredns",)),
 )
+
+# CoreDNS with just the plugins realnode.corefile uses. The stock binary links every
+# plugin (cloud DNS providers included: about 15 minutes to compile here); choosing
+# plugins by importing them from an own main package is CoreDNS's documented way to
+# customise a build (https://coredns.io/2017/07/25/compile-time-enabling-or-disabling-plugins/).
+COREDNS_MAIN = """package main
+
+import (
+	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+)
+
+func main() { coremain.Run() }
+"""
 NODE_BINARIES = tuple(b for c in NODE_COMPONENTS for b in c.binaries)
 # Never taken from PATH: a distro kubectl or containerd 1.x of another version would not do.
-VERSION_PINNED = ("kubernetes", "kubelet", "containerd")
+VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s")
 
 # Modules without replace directives: plain `go install <module>/<binary>@<version>`.
-# CoreDNS's main package is the module root; containerd's build tag drops the btrfs
-# snapshotter, the one part that needs cgo (https://github.com/containerd/containerd/blob/main/BUILDING.md).
+# containerd's build tag drops the btrfs snapshotter, the one part that needs cgo (https://github.com/containerd/containerd/blob/main/BUILDING.md).
 GO_INSTALL = {
     "kwok": ("sigs.k8s.io/kwok/cmd/{binary}", ()),
     "helm": ("helm.sh/helm/v3/cmd/{binary}", ()),
     "containerd": ("github.com/containerd/containerd/v2/cmd/{binary}", ("no_btrfs",)),
-    "coredns": ("github.com/coredns/coredns", ()),
 }
 
 
@@ -203,6 +218,20 @@ def _go_install(component: Component, dest: Path, work: Path, progress: Progress
         _run(cmd, work, env, progress, f"{binary} {component.version}")
 
 
+def _build_coredns(component: Component, work: Path, dest: Path, progress: Progress) -> None:
+    (work / "go.mod").write_text(
+        "module trainop.dev/localcluster/coredns\n\ngo 1.26.0\n\n"
+        f"require github.com/coredns/coredns {component.version}\n"
+    )
+    (work / "main.go").write_text(COREDNS_MAIN)
+    env = _go_env()
+    label = f"coredns {component.version}"
+    _run(["go", "mod", "tidy"], work, env, progress, f"{label} (resolve modules)")
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", str(dest / "coredns"), "."]
+    _run(cmd, work, env, progress, f"{label} (compile)")
+
+
 def _build(component: Component, dest: Path, progress: Progress) -> None:
     with tempfile.TemporaryDirectory(prefix=f"trainop-build-{component.name}-") as tmp:
         work = Path(tmp)
@@ -230,6 +259,8 @@ def _build(component: Component, dest: Path, progress: Progress) -> None:
                 progress,
                 f"etcd {component.version}",
             )
+        elif component.name == "coredns-k8s":
+            _build_coredns(component, work, dest, progress)
         elif component.name in GO_INSTALL:
             _go_install(component, dest, work, progress)
         else:  # pragma: no cover - COMPONENTS is closed

@@ -146,6 +146,10 @@ RECIPES = {
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",
                 "HOME": "/tmp",
+                # uid 65532 has no /etc/passwd entry; kopf names its identity after the
+                # user (getpass.getuser(), which reads these first).
+                "USER": "trainop",
+                "LOGNAME": "trainop",
             },
             user="65532:65532",
             exposed_ports=(8080, 8081),
