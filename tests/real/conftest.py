@@ -89,6 +89,8 @@ class HelmOperator:
         values_file = Path(self.helm.env["HELM_CONFIG_HOME"]).parent / "values.json"
         values_file.parent.mkdir(parents=True, exist_ok=True)
         values_file.write_text(json.dumps(values))
+        # A release left by an earlier session (TRAINOP_KEEP_CLUSTER=1) may be stuck mid-install.
+        self.helm.run("uninstall", RELEASE, "--namespace", OPERATOR_NS, "--wait", check=False)
         self.helm.run(
             "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NS,
             "--values", str(values_file), "--wait", "--timeout", "300s",

@@ -18,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -48,7 +50,7 @@ class Recipe:
     packages: tuple[str, ...] = ()
     files: tuple[str, ...] = ()  # keys of _trainop_files()
     config: oci.ImageConfig = field(default_factory=oci.ImageConfig)
-    pip_trainop: bool = False  # a venv at /opt/trainop with trainop + its PyPI deps
+    pip_trainop: bool = False  # a venv at /opt/trainop: trainop's PyPI deps (base), trainop (layer)
 
 
 PAUSE_GO = """package main
@@ -78,6 +80,7 @@ func main() {
 """
 
 TRAINOP_LAUNCH = "#!/usr/bin/python3\nfrom trainop.launcher.main import main\n\nmain()\n"
+TRAINOP_CLI = "#!/opt/trainop/bin/python3\nfrom trainop.cli.main import main\n\nmain()\n"
 # Debian's python3-torch ships the module, not the `torchrun` console script. And its
 # torch 1.13 predates Python 3.11, where iterating an IntFlag skips the zero member: its
 # Std.from_str("0") (the default of --redirects and --tee) then returns None and torchrun
@@ -139,6 +142,7 @@ RECIPES = {
         "operator",
         packages=("python3", "python3-venv", "ca-certificates"),
         pip_trainop=True,
+        files=("operator",),
         config=oci.ImageConfig(
             entrypoint=("trainop", "run"),
             env={
@@ -186,7 +190,13 @@ def _trainop_files() -> dict[str, dict[str, tuple[bytes, int]]]:
     if root is not None:
         for p in sorted((root / "examples" / "scripts").glob("*.py")):
             examples[f"opt/trainop/examples/{p.name}"] = (p.read_bytes(), 0o644)
+    venv_site = "opt/trainop/lib/python3.11/site-packages"
+    operator = {"opt/trainop/bin/trainop": (TRAINOP_CLI.encode(), 0o755)}
+    for p in sorted(pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            operator[f"{venv_site}/trainop/{p.relative_to(pkg)}"] = (p.read_bytes(), 0o644)
     return {
+        "operator": operator,
         "launcher": launcher,
         "torchrun": {"usr/local/bin/torchrun": (TORCHRUN.encode(), 0o755)},
         "mpi-worker": {"usr/local/bin/trainop-mpi-worker": (MPI_WORKER.encode(), 0o755)},
@@ -207,18 +217,17 @@ def _files_of(recipe: Recipe) -> dict[str, tuple[bytes, int]]:
 
 
 def _base_key(recipe: Recipe) -> str:
-    wheel = _source_digest() if recipe.pip_trainop else ""
-    return _digest([SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, wheel])[:16]
+    deps = trainop_dependencies() if recipe.pip_trainop else []
+    return _digest([SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps])[:16]
 
 
-def _source_digest() -> str:
-    """Hash of trainop's source (for the operator image, whose venv holds trainop)."""
-    pkg = Path(str(resources.files("trainop")))
-    h = hashlib.sha256()
-    for p in sorted(pkg.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(pkg)).encode() + p.read_bytes())
-    return h.hexdigest()
+def trainop_dependencies() -> list[str]:
+    """trainop's runtime requirements, from pyproject.toml (the operator image's venv)."""
+    root = repo_root()
+    if root is None:
+        raise ImageError("the operator image needs trainop's source checkout (pyproject.toml)")
+    with (root / "pyproject.toml").open("rb") as f:
+        return list(tomllib.load(f)["project"]["dependencies"])
 
 
 def image_key(name: str) -> str:
@@ -278,22 +287,20 @@ def _mmdebstrap(recipe: Recipe, out: Path, work: Path) -> None:
         "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/* \"$1\"/usr/share/doc/* \"$1\"/usr/share/man/*",
     ]  # fmt: skip
     if recipe.pip_trainop:
-        wheel_dir = work / "wheel"
-        root = repo_root()
-        if root is None:
-            raise ImageError("the operator image needs trainop's source checkout (pyproject.toml)")
-        # Wheels are fetched here, with this machine's pip settings (index, proxy, CA), and
-        # installed in the chroot offline; both are CPython 3.11 on x86_64 Linux.
-        pip = [sys.executable, "-m", "pip"]
-        _run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheel_dir), str(root)], "pip wheel")
-        wheel = next(wheel_dir.glob("trainop-*.whl"))
-        _run([*pip, "download", "-q", "-d", str(wheel_dir), str(wheel)], "pip download")
+        # The dependencies' wheels are fetched here, with this machine's pip settings
+        # (index, proxy, CA), and installed in the chroot offline; both are CPython 3.11
+        # on x86_64 Linux. trainop itself goes into a layer of its own (files "operator").
+        wheels, deps = work / "wheels", trainop_dependencies()
+        _run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *deps],
+            "pip download",
+        )
         cmd += [
-            f"--customize-hook=copy-in {wheel_dir} /tmp",
+            f"--customize-hook=copy-in {wheels} /tmp",
             '--customize-hook=chroot "$1" python3 -m venv /opt/trainop',
             '--customize-hook=chroot "$1" /opt/trainop/bin/pip install -q --no-index '
-            f"--no-cache-dir --find-links /tmp/wheel /tmp/wheel/{wheel.name}",
-            '--customize-hook=rm -rf "$1"/tmp/wheel',
+            "--no-cache-dir --find-links /tmp/wheels " + " ".join(shlex.quote(d) for d in deps),
+            '--customize-hook=rm -rf "$1"/tmp/wheels',
         ]
     cmd += [SUITE, str(out), MIRROR]
     _run(cmd, f"mmdebstrap of {recipe.name}")
@@ -320,6 +327,9 @@ def build_image(name: str, say: Say) -> Path:
                 )
                 _mmdebstrap(recipe, work / "rootfs.tar", work)
                 shutil.move(str(work / "rootfs.tar"), base)
+                for stale in base.parent.glob(f"base-{name}-*.tar"):  # older recipes
+                    if stale != base:
+                        stale.unlink(missing_ok=True)
             layers = [base]
             files = _files_of(recipe)
             if files:
