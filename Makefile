@@ -48,9 +48,11 @@ build-node-binaries: install
 
 # pause, pytorch-cpu, mpi-cpu and operator images (mmdebstrap; cached by content).
 images: install real-deps
-	$(TRAINOP) images build --name none pause pytorch-cpu mpi-cpu
+	$(TRAINOP) images build --name none pause pytorch-cpu mpi-cpu operator
 
-test-real: install build-binaries build-node-binaries images
+# Go builds (CPU) and image builds (mostly download and dpkg) overlap: -j2.
+test-real: install build-binaries real-deps
+	$(MAKE) -j2 build-node-binaries images
 	$(PYTEST) tests/real --timeout 1800
 
 lint: install

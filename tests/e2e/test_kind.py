@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Kube
+from tests.real.helm_operator import HelmOperator
 from tests.real.scenarios import DDP_LINE, Target, run_ddp
 from trainop.cluster import fleet, images
-from trainop.cluster.binaries import resolve_binaries
 from trainop.cluster.local import LocalCluster
 
 KIND_CLUSTER = os.environ.get("TRAINOP_KIND_CLUSTER", "trainop-e2e")
@@ -76,24 +76,6 @@ def _label_as_gpu_nodes(kube: Kube) -> None:
         )
 
 
-def _helm_install(kube: Kube, operator_ref: str) -> None:
-    helm = str(resolve_binaries(build=True)["helm"])
-    repo, tag = operator_ref.rsplit(":", 1)
-    cmd = [
-        helm, "install", "trainop", str(HERE.parents[1] / "charts" / "trainop"),
-        "--namespace", "trainop-system", "--create-namespace", "--wait", "--timeout", "5m",
-        "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
-        "--set", "image.pullPolicy=Never",
-        "--set", "operator.restartBackoffSeconds=1",
-    ]  # fmt: skip
-    env = dict(os.environ, KUBECONFIG=kube.kubeconfig)
-    subprocess.run(cmd, check=True, env=env, capture_output=True, text=True, timeout=600)
-    kube.run(
-        "label", "namespace", "trainop-system", "--overwrite",
-        "pod-security.kubernetes.io/enforce=restricted",
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="session")
 def kind_target() -> Iterator[Target]:
     work = Path(tempfile.mkdtemp(prefix="trainop-kind-"))
@@ -110,7 +92,10 @@ def kind_target() -> Iterator[Target]:
             archive = images.build_image(name, print)
             _kind("load", "image-archive", str(archive), "--name", KIND_CLUSTER)
             refs[name] = images.image_ref(name)
-        _helm_install(kube, refs["operator"])
+        # The same Helm install as the real-node tier (restricted PSS, local image).
+        HelmOperator(kube.cluster, kube, work / "helm").install(
+            refs["operator"], no_kube_proxy=False
+        )
         yield Target(kube, refs)
     finally:
         if os.environ.get("TRAINOP_KEEP_CLUSTER") != "1":

@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.conftest import Kube
 from tests.integration.test_prometheus_scrape import Prometheus
-from tests.real.conftest import OPERATOR_NS, HelmOperator
+from tests.real.helm_operator import OPERATOR_NS, HelmOperator
 from tests.real.scenarios import Target, example, phase
 from trainop.cluster import images
 
