@@ -103,3 +103,35 @@ def test_image_refs_are_stable_and_follow_content(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(images, "TORCHRUN", images.TORCHRUN + "# changed\n")
     assert images.image_ref("pytorch-cpu") != refs["pytorch-cpu"]
     assert images.image_ref("mpi-cpu") == refs["mpi-cpu"]
+
+
+def test_images_list_prints_name_and_ref_per_line() -> None:
+    from click.testing import CliRunner
+
+    from trainop.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["images", "list"])
+    assert out.exit_code == 0, out.output
+    rows = [line.split(" ") for line in out.output.splitlines()]
+    assert [r[0] for r in rows] == list(images.ALL_IMAGES)
+    assert all(len(r) == 2 and r[1] == images.image_ref(r[0]) for r in rows)
+
+
+def test_real_nodes_count_must_not_be_negative() -> None:
+    from click.testing import CliRunner
+
+    from trainop.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["cluster", "up", "--real-nodes", "-1"])
+    assert out.exit_code == 2 and "--real-nodes" in out.output
+
+
+def test_preflight_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 1000)
+    assert "root" in realnode.preflight()
+    monkeypatch.setattr(realnode.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(realnode, "RUNC_PATHS", ("/nonexistent/runc",))
+    monkeypatch.setattr(realnode, "CNI_BIN_DIRS", ("/nonexistent/cni",))
+    reason = realnode.preflight()
+    assert "runc (Debian package runc)" in reason and "containernetworking-plugins" in reason
+    assert "make real-deps" in reason
