@@ -8,7 +8,7 @@ sandbox ("pause") image. Images come from trainop.cluster.images.
 
 Everything a node makes lives under its directory (state dir/real/<cluster>/<node>:
 containerd root and state, kubelet root, network namespaces, logs, pids) plus a cgroup
-root `/trainop-<cluster>-<node>`, a bridge and, per cluster, one dummy interface carrying
+root `/trainop-<cluster>-<node>`, a bridge and, per cluster, one port-less bridge carrying
 the DNS address. `stop_all` removes all of it: processes, mounts, netns, cgroups, links.
 
 Choices, and why:
@@ -19,7 +19,7 @@ Choices, and why:
   ClusterIP would need kube-proxy.
 - kubelet: cgroupfs driver, `failCgroupV1: false` (kubelet >= 1.35 refuses cgroup v1
   otherwise: https://kubernetes.io/docs/reference/config-api/kubelet-config.v1beta1/),
-  anonymous read-only API on 127.0.0.1 so that the apiserver can fetch logs, eviction
+  an anonymous API on the node's bridge address so that the apiserver can fetch logs, eviction
   thresholds near zero since the disk is shared with the rest of the machine.
 - containerd: its own socket, root and state; NRI off (its socket path is global);
   network namespaces under its state dir (`netns_mounts_under_state_dir`).
@@ -198,7 +198,8 @@ def kubelet_config(node: NodeLayout) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": "127.0.0.1",
+        # The node IP (its bridge's address): the apiserver connects here for logs and exec.
+        "address": node.gateway,
         "port": node.kubelet_port,
         "healthzPort": node.kubelet_port + 1,
         "healthzBindAddress": "127.0.0.1",
@@ -443,8 +444,6 @@ def rm_tree(path: Path) -> None:
 
 # --- lifecycle ----------------------------------------------------------------------
 
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
-
 
 @dataclass
 class RealNodes:
@@ -479,7 +478,7 @@ class RealNodes:
         start_process(cmd, self.base / "coredns.log", pidfile)
 
     def start_node(self, node: NodeLayout, sandbox_image: str) -> None:
-        """containerd then kubelet for one node; both are left alone if already running."""
+        """The node's bridge, cgroups and containerd (left alone if already running)."""
         runc = find_host_tool(RUNC_PATHS, "runc", "runc")
         cni = str(
             Path(
@@ -511,9 +510,7 @@ class RealNodes:
     def start_kubelet(self, node: NodeLayout, labels: dict[str, str]) -> None:
         if _pidfile_alive(node.dir / "kubelet.pid"):
             return
-        cfg = kubelet_config(node)
-        cfg["address"] = node.gateway
-        write_json(node.dir / "kubelet.json", cfg)
+        write_json(node.dir / "kubelet.json", kubelet_config(node))
         cmd = [
             str(self.bins["kubelet"]),
             "--config", str(node.dir / "kubelet.json"),
