@@ -6,7 +6,8 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility bench-placement clean chart-lint
+        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility bench-placement clean chart-lint \
+        real-deps build-node-binaries images test-real demo-real demo-real-down
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +37,29 @@ test-faults: install build-binaries
 test-e2e: install
 	$(PYTEST) tests/e2e
 
+# --- the real-node tier (root; see docs/real-nodes.md) -----------------------------------
+# Debian packages real nodes and image builds need, installed when missing.
+REAL_DEBS := runc containernetworking-plugins mmdebstrap iproute2
+real-deps:
+	@missing=""; for p in $(REAL_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install$$missing"; apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+# kubelet, containerd 2.x (+ shim, ctr) and CoreDNS, built once from the Go module proxy.
+build-node-binaries: install
+	$(TRAINOP) cluster build --real-nodes
+
+# pause, pytorch-cpu, mpi-cpu and operator images (mmdebstrap; cached by content).
+images: install real-deps
+	$(TRAINOP) images build --name none pause pytorch-cpu mpi-cpu operator
+
+# Go builds (CPU) and image builds (mostly download and dpkg) overlap: -j2.
+test-real: install build-binaries real-deps
+	$(MAKE) -j2 build-node-binaries images
+	$(PYTEST) tests/real --timeout 1800
+
 lint: install
 	$(VENV)/bin/ruff check operator tests bench
 	$(VENV)/bin/ruff format --check operator tests bench
@@ -58,6 +82,15 @@ chart-lint: install build-binaries
 
 demo: install build-binaries
 	bash examples/demo.sh
+
+# The real-node demo (root): one real node, a PyTorch DDP job that trains, its log.
+demo-real: install build-binaries build-node-binaries real-deps
+	bash examples/demo-real.sh
+
+demo-real-down: install
+	-@pid=$${XDG_STATE_HOME:-$$HOME/.local/state}/trainop/operator-real.pid; \
+	  [ -f $$pid ] && kill $$(cat $$pid) 2>/dev/null; rm -f $$pid
+	$(TRAINOP) cluster down --name trainop-real
 
 demo-down: install
 	-@pid=$${XDG_STATE_HOME:-$$HOME/.local/state}/trainop/operator.pid; \

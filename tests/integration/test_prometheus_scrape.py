@@ -41,7 +41,16 @@ DASHBOARD = CHART / "dashboards" / "trainop.json"
 class Prometheus:
     """A Prometheus server process and a small client of its HTTP API."""
 
-    def __init__(self, binary: str, workdir: Path, target_port: int, rules: Path) -> None:
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        target_port: int,
+        rules: Path,
+        scrape: dict[str, Any] | None = None,
+    ) -> None:
+        """Scrapes 127.0.0.1:`target_port`, or instead the target config `scrape` (e.g.
+        kubernetes_sd_configs: the real-node tier scrapes through the chart's Service)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / "prometheus.log"
@@ -56,7 +65,10 @@ class Prometheus:
                             "job_name": JOB,
                             "scrape_interval": "1s",
                             "scrape_timeout": "1s",
-                            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
+                            **(
+                                scrape
+                                or {"static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}
+                            ),
                         }
                     ],
                 }

@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 Fabric = Literal["InfiniBand", "RoCE", "TCP"]
 RDMA_FABRICS: frozenset[str] = frozenset({"InfiniBand", "RoCE"})
 
-# NVIDIA lists these as debugging knobs not to force in production (shared/reference/fabrics.md,
+# NVIDIA lists these as debugging knobs not to force in production (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html,
 # "NCCL environment variables"). They may come only from a profile's debugEnv or its explicit
 # fields (gdrLevel, nvls), never from extraEnv, so that a reader of a profile sees at once that a
 # debug override is in force. NCCL_IB_DISABLE is also emitted by trainop itself on TCP fabrics,

@@ -9,7 +9,9 @@ import click
 
 from trainop.cluster import binaries
 from trainop.cluster.fleet import FleetError, load_fleet, summarize
+from trainop.cluster.images import ImageError
 from trainop.cluster.local import ClusterError, LocalCluster
+from trainop.cluster.realnode import RealNodeError
 
 _name = click.option("--name", default="trainop", show_default=True, help="Cluster name.")
 _bin_dir = click.option(
@@ -32,10 +34,18 @@ def cluster() -> None:
 
 
 @cluster.command("build")
-def build() -> None:
+@click.option(
+    "--real-nodes",
+    is_flag=True,
+    help="Also the binaries of real nodes: kubelet, containerd (+ shim, ctr), CoreDNS.",
+)
+def build(real_nodes: bool) -> None:
     """Build (once) and cache every binary the local cluster and the tests need."""
     try:
-        for name, path in sorted(binaries.resolve_binaries().items()):
+        found = binaries.resolve_binaries()
+        if real_nodes:
+            found.update(binaries.resolve_binaries(components=binaries.NODE_COMPONENTS))
+        for name, path in sorted(found.items()):
             click.echo(f"{name:25} {path}")
     except binaries.BuildError as exc:
         _fail(exc)
@@ -50,12 +60,19 @@ def build() -> None:
     type=click.Path(dir_okay=False, exists=True),
     help="Fleet file (node classes x count x rack/block); default: the packaged one.",
 )
-def up(name: str, bin_dir: str | None, fleet_path: str | None) -> None:
+@click.option(
+    "--real-nodes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also run N real nodes (kubelet + containerd + runc on this machine; needs root).",
+)
+def up(name: str, bin_dir: str | None, fleet_path: str | None, real_nodes: int) -> None:
     """Create (or repair) the cluster and its fleet; safe to run again."""
     lc = LocalCluster(name=name, bin_dir=bin_dir)
     try:
-        lc.up(fleet_path)
-    except (ClusterError, FleetError, binaries.BuildError) as exc:
+        lc.up(fleet_path, real_nodes=real_nodes)
+    except (ClusterError, FleetError, binaries.BuildError, RealNodeError, ImageError) as exc:
         _fail(exc)
     click.echo(f"export KUBECONFIG={lc.kubeconfig}")
 
@@ -68,7 +85,7 @@ def down(name: str, bin_dir: str | None) -> None:
     lc = LocalCluster(name=name, bin_dir=bin_dir)
     try:
         lc.down()
-    except (ClusterError, binaries.BuildError) as exc:
+    except (ClusterError, binaries.BuildError, RealNodeError) as exc:
         _fail(exc)
     click.echo(f"cluster {name!r} deleted")
 

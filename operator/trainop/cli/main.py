@@ -9,6 +9,7 @@ from trainop.cli.catalog import catalog
 from trainop.cli.cluster import cluster
 from trainop.cli.explain import explain
 from trainop.cli.generate import generate
+from trainop.cli.images import images
 from trainop.cli.render import render
 from trainop.cli.run import run
 from trainop.cli.simulate import simulate_cmd
@@ -21,6 +22,7 @@ def cli() -> None:
 
 
 cli.add_command(cluster)
+cli.add_command(images)
 cli.add_command(generate)
 cli.add_command(render)
 cli.add_command(catalog)

@@ -18,6 +18,11 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"  # a release Kubernetes 1.36 supports (etcd 3.5 / 3.6)
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
+# Real nodes (`trainop cluster up --real-nodes N`) only. Kubernetes 1.36 needs containerd
+# >= 2.0: 1.35 was the last release supporting 1.x (Kubernetes support matrix on
+# https://containerd.io/releases/); Debian bookworm ships 1.6.
+CONTAINERD_VERSION = "v2.2.9"
+COREDNS_VERSION = "v1.14.7"
 
 # Staging modules of k8s.io/kubernetes: its go.mod replaces each with ./staging/src/...,
 # which `go build` outside that tree cannot follow, so our module pins every one to the
@@ -79,6 +84,43 @@ COMPONENTS = (
     Component("helm", HELM_VERSION, ("helm",)),
 )
 ALL_BINARIES = tuple(b for c in COMPONENTS for b in c.binaries)
+
+# What a real node runs, built only when real nodes are asked for (the default `make test`
+# path never builds them). The kubelet is its own cache entry so that adding it did not
+# invalidate the control-plane build of the same Kubernetes version.
+NODE_COMPONENTS = (
+    Component("kubelet", KUBERNETES_VERSION, ("kubelet",)),
+    Component("containerd", CONTAINERD_VERSION, ("containerd", "containerd-shim-runc-v2", "ctr")),
+    Component("coredns-k8s", COREDNS_VERSION, ("coredns",)),
+)
+
+# CoreDNS with just the plugins realnode.corefile uses. The stock binary links every
+# plugin (cloud DNS providers included: about 15 minutes to compile here); choosing
+# plugins by importing them from an own main package is CoreDNS's documented way to
+# customise a build (https://coredns.io/2017/07/25/compile-time-enabling-or-disabling-plugins/).
+COREDNS_MAIN = """package main
+
+import (
+	"github.com/coredns/coredns/coremain"
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+)
+
+func main() { coremain.Run() }
+"""
+NODE_BINARIES = tuple(b for c in NODE_COMPONENTS for b in c.binaries)
+# Never taken from PATH: a distro kubectl or containerd 1.x of another version would not do.
+VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s")
+
+# Modules without replace directives: plain `go install <module>/<binary>@<version>`.
+# containerd's build tag drops the btrfs snapshotter, the one part that needs cgo (https://github.com/containerd/containerd/blob/main/BUILDING.md).
+GO_INSTALL = {
+    "kwok": ("sigs.k8s.io/kwok/cmd/{binary}", ()),
+    "helm": ("helm.sh/helm/v3/cmd/{binary}", ()),
+    "containerd": ("github.com/containerd/containerd/v2/cmd/{binary}", ("no_btrfs",)),
+}
 
 
 def cache_root() -> Path:
@@ -163,19 +205,46 @@ def _build_module(
     _run(cmd, workdir, env, progress, f"{label} (compile)")
 
 
+def _go_install(component: Component, dest: Path, work: Path, progress: Progress) -> None:
+    pattern, tags = GO_INSTALL[component.name]
+    env = _go_env(gobin=dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for binary in component.binaries:
+        package = pattern.format(binary=binary)
+        cmd = ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}"]
+        if tags:
+            cmd.append("-tags=" + ",".join(tags))
+        cmd.append(f"{package}@{component.version}")
+        _run(cmd, work, env, progress, f"{binary} {component.version}")
+
+
+def _build_coredns(component: Component, work: Path, dest: Path, progress: Progress) -> None:
+    (work / "go.mod").write_text(
+        "module trainop.dev/localcluster/coredns\n\ngo 1.26.0\n\n"
+        f"require github.com/coredns/coredns {component.version}\n"
+    )
+    (work / "main.go").write_text(COREDNS_MAIN)
+    env = _go_env()
+    label = f"coredns {component.version}"
+    _run(["go", "mod", "tidy"], work, env, progress, f"{label} (resolve modules)")
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", str(dest / "coredns"), "."]
+    _run(cmd, work, env, progress, f"{label} (compile)")
+
+
 def _build(component: Component, dest: Path, progress: Progress) -> None:
     with tempfile.TemporaryDirectory(prefix=f"trainop-build-{component.name}-") as tmp:
         work = Path(tmp)
-        if component.name == "kubernetes":
-            pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in KUBERNETES_COMMANDS]
+        if component.name in ("kubernetes", "kubelet"):
+            pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in component.binaries]
             # One `go build` for all commands so they share one compile of the common code.
             _build_module(
                 work,
                 _kubernetes_go_mod(component.version),
                 pkgs,
-                dest,
+                dest / pkgs[0].rsplit("/", 1)[1] if len(pkgs) == 1 else dest,
                 progress,
-                f"kubernetes {component.version}",
+                f"{component.name} {component.version}",
             )
         elif component.name == "etcd":
             go_mod = (
@@ -190,20 +259,10 @@ def _build(component: Component, dest: Path, progress: Progress) -> None:
                 progress,
                 f"etcd {component.version}",
             )
-        elif component.name in ("kwok", "helm"):
-            # These modules have no replace directives, so plain `go install` works.
-            module = {"kwok": "sigs.k8s.io/kwok/cmd", "helm": "helm.sh/helm/v3/cmd"}[component.name]
-            env = _go_env(gobin=dest)
-            dest.mkdir(parents=True, exist_ok=True)
-            for binary in component.binaries:
-                cmd = [
-                    "go",
-                    "install",
-                    "-trimpath",
-                    f"-ldflags={LDFLAGS}",
-                    f"{module}/{binary}@{component.version}",
-                ]
-                _run(cmd, work, env, progress, f"{binary} {component.version}")
+        elif component.name == "coredns-k8s":
+            _build_coredns(component, work, dest, progress)
+        elif component.name in GO_INSTALL:
+            _go_install(component, dest, work, progress)
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"unknown component {component.name}")
 
@@ -231,7 +290,11 @@ def ensure_component(component: Component, progress: Progress = _stderr) -> Path
 
 
 def resolve_binaries(
-    bin_dir: str | Path | None = None, *, build: bool = True, progress: Progress = _stderr
+    bin_dir: str | Path | None = None,
+    *,
+    build: bool = True,
+    progress: Progress = _stderr,
+    components: tuple[Component, ...] = COMPONENTS,
 ) -> dict[str, Path]:
     """Map every binary name to a path: --bin-dir first, then PATH, then the build cache.
 
@@ -239,14 +302,14 @@ def resolve_binaries(
     `kubectl` shim is never mixed with our own apiserver of another version.
     """
     found: dict[str, Path] = {}
-    for component in COMPONENTS:
+    for component in components:
         paths: dict[str, Path] = {}
         if bin_dir is not None:
             for b in component.binaries:
                 p = Path(bin_dir) / b
                 if p.is_file() and os.access(p, os.X_OK):
                     paths[b] = p
-        if len(paths) < len(component.binaries) and component.name != "kubernetes":
+        if len(paths) < len(component.binaries) and component.name not in VERSION_PINNED:
             on_path = {b: shutil.which(b) for b in component.binaries}
             if all(on_path.values()):
                 paths = {b: Path(str(p)) for b, p in on_path.items()}

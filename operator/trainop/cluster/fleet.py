@@ -105,8 +105,8 @@ def load_fleet(path: str | Path | None = None) -> Fleet:
     return fleet
 
 
-def _gfd_labels(cls: NodeClass) -> dict[str, str]:
-    """The labels GPU Feature Discovery writes (shared/reference/cuda-and-gpus.yaml, gfd_labels)."""
+def gfd_labels(cls: NodeClass) -> dict[str, str]:
+    """The labels GPU Feature Discovery writes (https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/README.md)."""
     gpu = cls.gpu
     if gpu is None:
         return {}
@@ -162,7 +162,7 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
                 c.LABEL_BLOCK: g.block,
                 c.LABEL_RACK: g.rack,
                 "trainop.dev/node-class": g.node_class,
-                **_gfd_labels(cls),
+                **gfd_labels(cls),
                 **cls.labels,
             }
             if cls.clique_size:

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainop.cluster import binaries, fleet
+from trainop.cluster import binaries, fleet, images, realnode
 
 DEFAULT_NAME = "trainop"
 
@@ -130,10 +130,17 @@ class LocalCluster:
 
     # --- lifecycle ----------------------------------------------------------------
 
-    def up(self, fleet_path: str | None = None, wait_seconds: float = 120) -> float:
-        """Create or restart the cluster and apply the fleet; idempotent. Returns seconds taken."""
+    def up(
+        self, fleet_path: str | None = None, wait_seconds: float = 120, real_nodes: int = 0
+    ) -> float:
+        """Create or restart the cluster and apply the fleet; idempotent. Returns seconds taken.
+
+        `real_nodes` > 0 also starts that many real nodes (trainop.cluster.realnode).
+        """
         started = time.monotonic()
         the_fleet = fleet.load_fleet(fleet_path)  # fail on a bad fleet before starting anything
+        if real_nodes < 0:
+            raise ClusterError(f"--real-nodes must be >= 0, got {real_nodes}")
         bins = self.binaries(build=True)
         if self.exists() and not self.api_ready():
             _say(f"cluster {self.name!r} exists but is not serving; starting it")
@@ -170,12 +177,104 @@ class LocalCluster:
             )
         self.apply_fleet(the_fleet)
         self.wait_ready(the_fleet, wait_seconds)
+        if real_nodes:
+            self.start_real_nodes(real_nodes, the_fleet, wait_seconds)
         took = time.monotonic() - started
         _say(f"cluster {self.name!r} ready in {took:.1f} s; KUBECONFIG={self.kubeconfig}")
         return took
 
+    # --- real nodes -----------------------------------------------------------------
+
+    def real_nodes(self) -> realnode.RealNodes:
+        node_bins = binaries.resolve_binaries(
+            self.bin_dir, build=True, progress=_say, components=binaries.NODE_COMPONENTS
+        )
+        base = state_root() / "real" / self.name
+        return realnode.RealNodes(self.name, base, self.kubeconfig, node_bins, _say)
+
+    def start_real_nodes(self, count: int, the_fleet: fleet.Fleet, timeout: float) -> None:
+        """Start `count` real nodes with the GFD labels and GPU count of the fleet's class
+        realnode.REAL_NODE_CLASS (or the packaged fleet's, when this one lacks it)."""
+        cls = (
+            the_fleet.classes.get(realnode.REAL_NODE_CLASS)
+            or fleet.load_fleet().classes[realnode.REAL_NODE_CLASS]
+        )
+        gpus = cls.gpu.count if cls.gpu else 0
+        rn = self.real_nodes()
+        pause = images.build_image("pause", _say)
+        pause_ref = images.image_ref("pause")
+        realnode.enable_forwarding()
+        rn.start_dns()
+        host, _port = self.apiserver_for_pods()
+        realnode.add_address(realnode.ClusterNet(self.name).dns_link, host)
+        nodes = [rn.layout(i) for i in range(count)]
+        for node in nodes:
+            labels = realnode.node_labels(node, fleet.gfd_labels(cls))
+            _say(f"starting real node {node.name} (containerd, kubelet)")
+            rn.start_node(node, pause_ref)
+            rn.import_image(node, pause, pause_ref)
+            rn.start_kubelet(node, labels)
+        for node in nodes:
+            self._wait_registered(node.name, timeout)
+            patch = {"status": {"capacity": {"nvidia.com/gpu": str(gpus)}}}
+            self.kubectl(
+                "patch",
+                "node",
+                node.name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(patch),
+            )
+        self._wait_nodes_ready([n.name for n in nodes], timeout)
+
+    def apiserver_for_pods(self) -> tuple[str, int]:
+        """The address and port the `kubernetes` Service's endpoints name.
+
+        Real nodes have no kube-proxy, so a pod cannot use the Service's ClusterIP; the
+        apiserver listens on all addresses, and start_real_nodes makes this one (kwokctl
+        advertises a TEST-NET address that its serving certificate names) local to the
+        host, so that pods given KUBERNETES_SERVICE_HOST/PORT reach it.
+        """
+        items = self.get_json(
+            "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"
+        )["items"]
+        for eps in items:
+            for ep in eps.get("endpoints") or []:
+                for port in eps.get("ports") or []:
+                    return str(ep["addresses"][0]), int(port["port"])
+        raise ClusterError("the kubernetes Service has no endpoints yet")
+
+    def _wait_registered(self, name: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.kubectl("get", "node", name, check=False).returncode == 0:
+                return
+            time.sleep(0.5)
+        raise ClusterError(
+            f"real node {name} did not register in {timeout:.0f} s; see its kubelet.log"
+        )
+
+    def _wait_nodes_ready(self, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(names)
+        while time.monotonic() < deadline:
+            items = [self.get_json("node", n) for n in sorted(pending)]
+            pending = {
+                n["metadata"]["name"]
+                for n in items
+                if not _is_ready(n)
+                or n["status"].get("allocatable", {}).get("nvidia.com/gpu") in (None, "0")
+            }
+            if not pending:
+                return
+            time.sleep(0.5)
+        raise ClusterError(f"real nodes not Ready with GPU capacity: {', '.join(sorted(pending))}")
+
     def apply_fleet(self, the_fleet: fleet.Fleet) -> None:
         nodes = fleet.node_manifests(the_fleet)
+        if not nodes:
+            return  # a fleet of real nodes only
         # JSON, not YAML: a label such as "08" must stay a string whatever parser reads it.
         doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
         # A large fleet (bench-scale's 1,000-2,000 nodes) takes a while on a busy apiserver.
@@ -228,6 +327,10 @@ class LocalCluster:
     def down(self) -> None:
         """Delete the cluster and make sure no component process is left behind."""
         pids = self._pids()
+        real_base = state_root() / "real" / self.name
+        if real_base.exists():
+            rn = realnode.RealNodes(self.name, real_base, self.kubeconfig, {}, _say)
+            rn.stop_all()
         if self.exists():
             self.kwokctl("delete", "cluster", check=False)
         deadline = time.monotonic() + 15
@@ -260,3 +363,10 @@ class LocalCluster:
                 )
             )
         return info
+
+
+def _is_ready(node: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )

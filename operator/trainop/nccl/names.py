@@ -1,6 +1,6 @@
 """NCCL environment variable names and pod-level names trainop.nccl writes, defined once.
 
-Meanings and defaults: shared/reference/fabrics.md ("NCCL environment variables", from the
+Meanings and defaults: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html ("NCCL environment variables", from the
 NCCL user guide). Names shared with other packages live in trainop.api.constants instead.
 """
 

@@ -1,7 +1,7 @@
 """Built-in FabricProfiles (DGX-1, DGX A100, DGX H100, plain TCP) and choosing a node's profile.
 
 Neighbours: `trainop.api.fabricprofile` defines the model; `trainop.nccl.tuning` turns the
-chosen profile into pod env/resources. Machine facts are from shared/reference/fabrics.md.
+chosen profile into pod env/resources. Machine facts are from the DGX A100/H100 user guides (https://docs.nvidia.com/dgx/dgxa100-user-guide/, https://docs.nvidia.com/dgx/dgxh100-user-guide/).
 
 Built-ins match the `nvidia.com/gpu.product` value GPU Feature Discovery writes and assume
 NVIDIA's own DGX NIC layout; HGX boards from other vendors order (and name) their HCAs
@@ -35,7 +35,7 @@ DGX1_HCAS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
 # mlx5_0/1, GPU2/3 -> mlx5_2/3, GPU4/5 -> mlx5_6/7, GPU6/7 -> mlx5_8/9). mlx5_4/5 and
 # mlx5_10/11 are storage NICs and stay out of NCCL's way (fabrics.md; from a user's
 # `nvidia-smi topo -m`, not an NVIDIA table). Older drivers omit the "NVIDIA-" prefix of the
-# product name (shared/reference/cuda-and-gpus.yaml), hence the two extra values.
+# product name (https://developer.nvidia.com/cuda-gpus), hence the two extra values.
 DGX_A100_PRODUCTS = (
     "NVIDIA-A100-SXM4-40GB",
     "NVIDIA-A100-SXM4-80GB",

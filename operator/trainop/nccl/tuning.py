@@ -5,7 +5,7 @@ puts the resulting `NcclSettings` into the pod (env, resources.limits, securityC
 capabilities, an emptyDir at /dev/shm, annotations); `trainop-launch` may narrow NCCL_IB_HCA
 once the container knows its GPUs (`hcas_for_gpus`). Pure and deterministic.
 
-Decisions (facts from shared/reference/fabrics.md):
+Decisions (facts from https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
 
 * Tuned vs debug knobs. trainop derives only what the fabric needs (NCCL_IB_HCA, RoCE GID/TC,
   NCCL_COLLNET_ENABLE, NCCL_IB_DISABLE on TCP). NVIDIA's debug-only knobs (NCCL_P2P_LEVEL,

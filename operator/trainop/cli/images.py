@@ -1,0 +1,48 @@
+"""`trainop images build|list`: the OCI images of the real nodes (trainop.cluster.images)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from trainop.cluster import images as img
+from trainop.cluster.local import ClusterError, LocalCluster
+from trainop.cluster.realnode import RealNodeError
+
+
+def _say(msg: str) -> None:
+    click.echo(f"[trainop] {msg}", err=True)
+
+
+@click.group("images")
+def images() -> None:
+    """Images built from Debian packages with no Docker and no registry (pause,
+    pytorch-cpu, mpi-cpu, operator), cached by content."""
+
+
+@images.command("list")
+def list_cmd() -> None:
+    """Print `NAME REF` per image (REF is what a pod's `image:` names)."""
+    for name, ref, _built in img.list_images():
+        click.echo(f"{name} {ref}")
+
+
+@images.command("build")
+@click.argument("names", nargs=-1, type=click.Choice(img.ALL_IMAGES))
+@click.option("--name", "cluster", default="trainop", show_default=True, help="Cluster name.")
+def build(names: tuple[str, ...], cluster: str) -> None:
+    """Build the images (all by default) and import them into the cluster's real nodes."""
+    try:
+        built = {n: img.build_image(n, _say) for n in (names or img.ALL_IMAGES)}
+        lc = LocalCluster(name=cluster)
+        rn = lc.real_nodes() if lc.exists() else None
+        for node in rn.existing() if rn else []:
+            for name, archive in built.items():
+                _say(f"importing {name} into {node.name}")
+                rn.import_image(node, archive, img.image_ref(name))  # type: ignore[union-attr]
+    except (img.ImageError, ClusterError, RealNodeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    for name in built:
+        click.echo(f"{name} {img.image_ref(name)}")

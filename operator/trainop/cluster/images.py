@@ -1,0 +1,346 @@
+"""`trainop images build|list`: OCI images for the real nodes, built without Docker or a registry.
+
+Each image is layers written by trainop.cluster.oci:
+- a Debian bookworm root filesystem made by `mmdebstrap` (Debian package) from the
+  packages the image lists; operator-only: a venv with trainop and its PyPI dependencies;
+- a layer of trainop's own files: `trainop-launch` (standard library only, see
+  trainop.launcher), small entrypoint scripts and the example training scripts.
+`pause` (the pod sandbox image) is one static binary, trainop's own few lines of Go.
+
+Caching is by content: an image's tag is a hash of its recipe (suite, packages, hooks)
+and of the bytes of every file it copies in, so a changed file gives a new tag and an
+unchanged recipe is never rebuilt. Archives live in ~/.cache/trainop/images/.
+Importing into real nodes: trainop.cluster.realnode.RealNodes.import_image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from trainop.cluster import oci
+
+REGISTRY = "trainop.local"
+SUITE = "bookworm"
+MIRROR = os.environ.get("TRAINOP_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+Say = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """An image could not be built; the message says which step and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One image: Debian packages, trainop files to add, runtime config."""
+
+    name: str
+    packages: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # keys of _trainop_files()
+    config: oci.ImageConfig = field(default_factory=oci.ImageConfig)
+    pip_trainop: bool = False  # a venv at /opt/trainop: trainop's PyPI deps (base), trainop (layer)
+
+
+PAUSE_GO = """package main
+
+// trainop's pod sandbox: hold the pod's namespaces, reap children, exit on INT/TERM.
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			var ws syscall.WaitStatus
+			if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+"""
+
+TRAINOP_LAUNCH = "#!/usr/bin/python3\nfrom trainop.launcher.main import main\n\nmain()\n"
+TRAINOP_CLI = "#!/opt/trainop/bin/python3\nfrom trainop.cli.main import main\n\nmain()\n"
+# Debian's python3-torch ships the module, not the `torchrun` console script. And its
+# torch 1.13 predates Python 3.11, where iterating an IntFlag skips the zero member: its
+# Std.from_str("0") (the default of --redirects and --tee) then returns None and torchrun
+# fails in to_map(). The wrapper maps that None back to Std.NONE (fixed upstream in 2.0).
+TORCHRUN = """#!/usr/bin/python3
+import sys
+
+from torch.distributed.elastic.multiprocessing import api
+
+_from_str = api.Std.from_str.__func__
+
+
+def _fixed(cls, vm):
+    out = _from_str(cls, vm)
+    if isinstance(out, dict):
+        return {k: cls.NONE if v is None else v for k, v in out.items()}
+    return cls.NONE if out is None else out
+
+
+api.Std.from_str = classmethod(_fixed)
+
+from torch.distributed.run import main  # noqa: E402
+
+sys.exit(main())
+"""
+# Workers of an MPI job: install the job's keys (trainop-launch does), run sshd in front.
+MPI_WORKER = """#!/bin/sh
+set -e
+mkdir -p /run/sshd
+[ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
+exec trainop-launch -- /usr/sbin/sshd -D -e -o PermitRootLogin=prohibit-password -o HostKey=/etc/ssh/ssh_host_ed25519_key
+"""
+SITE = "usr/lib/python3/dist-packages"
+PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+RECIPES = {
+    "pytorch-cpu": Recipe(
+        "pytorch-cpu",
+        packages=("python3", "python3-torch", "python3-numpy", "procps", "iproute2"),
+        files=("launcher", "torchrun", "examples"),
+        config=oci.ImageConfig(env={"PATH": PATH_ENV, "PYTHONUNBUFFERED": "1"}, workdir="/"),
+    ),
+    "mpi-cpu": Recipe(
+        "mpi-cpu",
+        packages=(
+            "python3",
+            "python3-mpi4py",
+            "python3-numpy",
+            "openmpi-bin",
+            "openssh-server",
+            "openssh-client",
+            "procps",
+            "iproute2",
+        ),
+        files=("launcher", "mpi-worker", "examples"),
+        config=oci.ImageConfig(env={"PATH": PATH_ENV, "PYTHONUNBUFFERED": "1"}, workdir="/"),
+    ),
+    "operator": Recipe(
+        "operator",
+        packages=("python3", "python3-venv", "ca-certificates"),
+        pip_trainop=True,
+        files=("operator",),
+        config=oci.ImageConfig(
+            entrypoint=("trainop", "run"),
+            env={
+                "PATH": "/opt/trainop/bin:" + PATH_ENV,
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "HOME": "/tmp",
+                # uid 65532 has no /etc/passwd entry; kopf names its identity after the
+                # user (getpass.getuser(), which reads these first).
+                "USER": "trainop",
+                "LOGNAME": "trainop",
+            },
+            user="65532:65532",
+            exposed_ports=(8080, 8081),
+            labels={"org.opencontainers.image.title": "trainop-operator"},
+        ),
+    ),
+}
+ALL_IMAGES = ("pause", *RECIPES)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "trainop" / "images"
+
+
+def repo_root() -> Path | None:
+    """The source checkout (for the examples and the operator wheel), when installed from one."""
+    here = Path(str(resources.files("trainop"))).resolve()
+    root = here.parents[1]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def _trainop_files() -> dict[str, dict[str, tuple[bytes, int]]]:
+    """Groups of files (path in image -> content, mode) that recipes pick by key."""
+    pkg = Path(str(resources.files("trainop")))
+    launcher = {
+        f"{SITE}/trainop/__init__.py": ((pkg / "__init__.py").read_bytes(), 0o644),
+        "usr/local/bin/trainop-launch": (TRAINOP_LAUNCH.encode(), 0o755),
+    }
+    for p in sorted((pkg / "launcher").glob("*.py")):
+        launcher[f"{SITE}/trainop/launcher/{p.name}"] = (p.read_bytes(), 0o644)
+    examples: dict[str, tuple[bytes, int]] = {}
+    root = repo_root()
+    if root is not None:
+        for p in sorted((root / "examples" / "scripts").glob("*.py")):
+            examples[f"opt/trainop/examples/{p.name}"] = (p.read_bytes(), 0o644)
+    venv_site = "opt/trainop/lib/python3.11/site-packages"
+    operator = {"opt/trainop/bin/trainop": (TRAINOP_CLI.encode(), 0o755)}
+    for p in sorted(pkg.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            operator[f"{venv_site}/trainop/{p.relative_to(pkg)}"] = (p.read_bytes(), 0o644)
+    return {
+        "operator": operator,
+        "launcher": launcher,
+        "torchrun": {"usr/local/bin/torchrun": (TORCHRUN.encode(), 0o755)},
+        "mpi-worker": {"usr/local/bin/trainop-mpi-worker": (MPI_WORKER.encode(), 0o755)},
+        "examples": examples,
+    }
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _files_of(recipe: Recipe) -> dict[str, tuple[bytes, int]]:
+    groups = _trainop_files()
+    out: dict[str, tuple[bytes, int]] = {}
+    for key in recipe.files:
+        out.update(groups[key])
+    return out
+
+
+def _base_key(recipe: Recipe) -> str:
+    deps = trainop_dependencies() if recipe.pip_trainop else []
+    return _digest([SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps])[:16]
+
+
+def trainop_dependencies() -> list[str]:
+    """trainop's runtime requirements, from pyproject.toml (the operator image's venv)."""
+    root = repo_root()
+    if root is None:
+        raise ImageError("the operator image needs trainop's source checkout (pyproject.toml)")
+    with (root / "pyproject.toml").open("rb") as f:
+        return list(tomllib.load(f)["project"]["dependencies"])
+
+
+def image_key(name: str) -> str:
+    if name == "pause":
+        return _digest(["pause", PAUSE_GO])[:12]
+    recipe = RECIPES[name]
+    files = {k: [hashlib.sha256(v[0]).hexdigest(), v[1]] for k, v in _files_of(recipe).items()}
+    return _digest([_base_key(recipe), files, recipe.config])[:12]
+
+
+def image_ref(name: str) -> str:
+    return f"{REGISTRY}/{name}:{image_key(name)}"
+
+
+def archive_path(name: str) -> Path:
+    return cache_dir() / f"{name}-{image_key(name)}.oci.tar"
+
+
+def list_images() -> list[tuple[str, str, bool]]:
+    """(name, ref, built) for every image, in a fixed order."""
+    return [(n, image_ref(n), archive_path(n).is_file()) for n in ALL_IMAGES]
+
+
+def _run(
+    cmd: list[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip()[-3000:]
+        raise ImageError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:6])} ...\n{tail}")
+
+
+def _build_pause(work: Path) -> Path:
+    if shutil.which("go") is None:
+        raise ImageError("building the pause image needs `go` on PATH (Go >= 1.22)")
+    (work / "go.mod").write_text("module trainop.dev/pause\n\ngo 1.22\n")
+    (work / "main.go").write_text(PAUSE_GO)
+    env = dict(os.environ, CGO_ENABLED="0")
+    _run(
+        ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", "pause", "."],
+        "go build pause",
+        work,
+        env,
+    )
+    return oci.files_layer({"pause": ((work / "pause").read_bytes(), 0o755)}, work / "layer.tar")
+
+
+def _mmdebstrap(recipe: Recipe, out: Path, work: Path) -> None:
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError(
+            "`mmdebstrap` is not installed; install the Debian package (`make real-deps`)"
+        )
+    cmd = [
+        "mmdebstrap",
+        "--variant=essential",
+        "--mode=root",
+        "--format=tar",
+        "--include=" + ",".join(recipe.packages),
+        # No apt lists or caches in the image; docs and man pages are dead weight.
+        '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/usr/share/doc/* "$1"/usr/share/man/*',
+    ]
+    if recipe.pip_trainop:
+        # The dependencies' wheels are fetched here, with this machine's pip settings
+        # (index, proxy, CA), and installed in the chroot offline; both are CPython 3.11
+        # on x86_64 Linux. trainop itself goes into a layer of its own (files "operator").
+        wheels, deps = work / "wheels", trainop_dependencies()
+        _run(
+            [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *deps],
+            "pip download",
+        )
+        cmd += [
+            f"--customize-hook=copy-in {wheels} /tmp",
+            '--customize-hook=chroot "$1" python3 -m venv /opt/trainop',
+            '--customize-hook=chroot "$1" /opt/trainop/bin/pip install -q --no-index '
+            "--no-cache-dir --find-links /tmp/wheels " + " ".join(shlex.quote(d) for d in deps),
+            '--customize-hook=rm -rf "$1"/tmp/wheels',
+        ]
+    cmd += [SUITE, str(out), MIRROR]
+    _run(cmd, f"mmdebstrap of {recipe.name}")
+
+
+def build_image(name: str, say: Say) -> Path:
+    """Build (unless cached) the image's OCI archive and return its path."""
+    out = archive_path(name)
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"trainop-image-{name}-") as tmp:
+        work = Path(tmp)
+        if name == "pause":
+            layers = [_build_pause(work)]
+            config = oci.ImageConfig(entrypoint=("/pause",), user="65535:65535")
+        else:
+            recipe = RECIPES[name]
+            base = cache_dir() / f"base-{name}-{_base_key(recipe)}.tar"
+            if not base.is_file():
+                say(
+                    f"image {name}: mmdebstrap {SUITE} with {len(recipe.packages)} packages (once; cached)"
+                )
+                _mmdebstrap(recipe, work / "rootfs.tar", work)
+                shutil.move(str(work / "rootfs.tar"), base)
+                for stale in base.parent.glob(f"base-{name}-*.tar"):  # older recipes
+                    if stale != base:
+                        stale.unlink(missing_ok=True)
+            layers = [base]
+            files = _files_of(recipe)
+            if files:
+                layers.append(oci.files_layer(files, work / "trainop.tar"))
+            config = recipe.config
+        oci.write_archive(layers, config, image_ref(name), out)
+    for stale in out.parent.glob(f"{name}-*.oci.tar"):  # older builds of this image
+        if stale != out:
+            stale.unlink(missing_ok=True)
+    say(f"image {name}: {image_ref(name)} built in {time.monotonic() - started:.0f} s")
+    return out

@@ -1,0 +1,94 @@
+"""The real-node tier: a local cluster with real nodes (kubelet + containerd + runc), the
+images of `trainop images build`, and the operator; skipped, with the reason, where this
+machine cannot run containers. Run by `make test-real`, never by `make test`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import Kube, repo_root
+from tests.real.helm_operator import HelmOperator
+from tests.real.scenarios import Target
+from trainop.cluster import images
+from trainop.cluster.local import LocalCluster
+from trainop.cluster.realnode import preflight
+
+CLUSTER_NAME = os.environ.get("TRAINOP_TEST_CLUSTER", "trainop-it") + "-real"
+IMAGES = ("pytorch-cpu", "mpi-cpu")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    asked = any(
+        here == p or here in p.parents
+        for p in (Path(str(a).split("::")[0]).resolve() for a in config.args)
+    )
+    # A plain `pytest` (all of tests/) must not start real nodes: only an explicit path does.
+    reason = preflight() if asked else "not asked for: run `make test-real` (pytest tests/real)"
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.real)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"real-node tier: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[LocalCluster]:
+    lc = LocalCluster(name=CLUSTER_NAME, bin_dir=os.environ.get("TRAINOP_BIN_DIR"))
+    lc.up(str(Path(__file__).parent / "fleet-real.yaml"), real_nodes=1)
+    try:
+        rn = lc.real_nodes()
+        for name in IMAGES:
+            archive = images.build_image(name, print)
+            for node in rn.existing():
+                rn.import_image(node, archive, images.image_ref(name))
+        yield lc
+    finally:
+        if os.environ.get("TRAINOP_KEEP_CLUSTER") != "1":
+            lc.down()
+
+
+@pytest.fixture(scope="session")
+def real_kube(real_cluster: LocalCluster) -> Kube:
+    kube = Kube(real_cluster)
+    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
+    kube.run("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    return kube
+
+
+@pytest.fixture(scope="session")
+def real_operator(
+    real_cluster: LocalCluster, real_kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> HelmOperator:
+    rn = real_cluster.real_nodes()
+    archive = images.build_image("operator", print)
+    for node in rn.existing():
+        rn.import_image(node, archive, images.image_ref("operator"))
+    op = HelmOperator(real_cluster, real_kube, tmp_path_factory.mktemp("helm"))
+    op.install(images.image_ref("operator"))
+    return op
+
+
+@pytest.fixture(scope="session")
+def target(real_kube: Kube, real_operator: HelmOperator) -> Target:
+    return Target(real_kube, {name: images.image_ref(name) for name in IMAGES})
+
+
+_ns_counter = iter(range(1, 10_000))
+
+
+@pytest.fixture
+def namespace(real_kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"real{next(_ns_counter)}-{request.node.name.lower().replace('_', '-')[:30]}"
+    name = name.rstrip("-")
+    real_kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    real_kube.wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: real_kube.maybe_get("serviceaccount", "default", "-n", name),
+    )
+    yield name
+    real_kube.run("delete", "namespace", name, "--wait=false", check=False)

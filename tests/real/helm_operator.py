@@ -1,0 +1,72 @@
+"""The operator as users install it: `helm install charts/trainop` from the local operator
+image, in a namespace that enforces the restricted Pod Security Standard. Shared by the
+real-node tier (tests/real) and the kind e2e tier (tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.integration.chart_helpers import CHART, Helm
+from tests.integration.conftest import Kube
+from trainop.cluster.local import LocalCluster
+
+OPERATOR_NS = "trainop-system"
+RELEASE = "trainop"
+
+
+class HelmOperator:
+    """The operator installed with `helm install charts/trainop` from the local operator
+    image, running on a real node in a namespace that enforces the restricted Pod Security
+    Standard, reaching the apiserver as its ServiceAccount."""
+
+    def __init__(self, cluster: LocalCluster, kube: Kube, home: Path) -> None:
+        self.kube = kube
+        self.helm = Helm(kube, home)
+        self.cluster = cluster
+
+    def install(self, image_ref: str, *, no_kube_proxy: bool = True) -> None:
+        """`no_kube_proxy`: point the operator at the apiserver's own address (real
+        nodes); kind has kube-proxy, so the in-cluster default works there."""
+        repo, tag = image_ref.rsplit(":", 1)
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}
+        ns["metadata"]["labels"] = {"pod-security.kubernetes.io/enforce": "restricted"}
+        self.kube.apply(ns)
+        values: dict[str, Any] = {
+            "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+            "operator": {"restartBackoffSeconds": 1},
+        }
+        if no_kube_proxy:  # docs/real-nodes.md
+            host, port = self.cluster.apiserver_for_pods()
+            values["extraEnv"] = [
+                {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)},
+            ]
+        values_file = Path(self.helm.env["HELM_CONFIG_HOME"]).parent / "values.json"
+        values_file.parent.mkdir(parents=True, exist_ok=True)
+        values_file.write_text(json.dumps(values))
+        # A release left by an earlier session (TRAINOP_KEEP_CLUSTER=1) may be stuck mid-install.
+        self.helm.run("uninstall", RELEASE, "--namespace", OPERATOR_NS, "--wait", check=False)
+        self.helm.run(
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            OPERATOR_NS,
+            "--values",
+            str(values_file),
+            "--wait",
+            "--timeout",
+            "300s",
+        )
+
+    def pod(self) -> dict[str, Any]:
+        pods = self.kube.get("pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=trainop")
+        return dict(pods["items"][0])
+
+    def log_tail(self) -> str:
+        return self.kube.run(
+            "logs", "-n", OPERATOR_NS, self.pod()["metadata"]["name"], check=False
+        ).stdout[-5000:]

@@ -1,0 +1,104 @@
+"""Training scenarios that run for real: the same code on the local cluster's real nodes
+(tests/real) and on kind (tests/e2e/test_kind.py); each gets a `Target` from its fixture.
+
+Every scenario applies an example from examples/real/ (with the image refs of the target),
+waits for the TrainingJob to reach Succeeded through the operator, and returns the log
+the assertions read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import Kube, repo_root
+
+JOB_TIMEOUT = 420.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the scenarios run: a cluster, and the image ref per local image name."""
+
+    kube: Kube
+    images: dict[str, str]
+
+
+def example(target: Target, file: str, namespace: str) -> dict[str, Any]:
+    job = dict(yaml.safe_load((repo_root() / "examples" / "real" / file).read_text()))
+    job["metadata"]["namespace"] = namespace
+    name = job["spec"]["image"].split("/", 1)[1].split(":", 1)[0]
+    job["spec"]["image"] = target.images[name]
+    return job
+
+
+def phase(kube: Kube, ns: str, name: str) -> str | None:
+    tj = kube.maybe_get("trainingjob", name, "-n", ns)
+    return None if tj is None else (tj.get("status") or {}).get("phase")
+
+
+def wait_finished(target: Target, ns: str, name: str) -> dict[str, Any]:
+    """Wait for Succeeded; on Failed (or a timeout) fail with the job's status and pods."""
+    kube = target.kube
+    try:
+        kube.wait_for(
+            f"{ns}/{name} to finish",
+            lambda: phase(kube, ns, name) in ("Succeeded", "Failed"),
+            JOB_TIMEOUT,
+            interval=1.0,
+        )
+    finally:
+        tj = kube.get("trainingjob", name, "-n", ns)
+    assert tj["status"]["phase"] == "Succeeded", diagnose(kube, ns, tj)
+    return dict(tj)
+
+
+def diagnose(kube: Kube, ns: str, tj: dict[str, Any]) -> str:
+    pods = kube.get("pods", "-n", ns)["items"]
+    lines = [json.dumps(tj.get("status"), indent=1)[:3000]]
+    for p in pods:
+        name = p["metadata"]["name"]
+        lines.append(f"--- pod {name}: {p['status'].get('phase')}")
+        lines.append(logs(kube, ns, name)[-2000:])
+    return "\n".join(lines)
+
+
+def logs(kube: Kube, ns: str, pod: str) -> str:
+    proc = kube.run("logs", pod, "-n", ns, check=False)
+    return proc.stdout + proc.stderr
+
+
+def run_ddp(target: Target, ns: str) -> str:
+    target.kube.apply(example(target, "pytorch-ddp-cpu.yaml", ns))
+    wait_finished(target, ns, "ddp-cpu")
+    return logs(target.kube, ns, "ddp-cpu-worker-0")
+
+
+def run_mpi(target: Target, ns: str) -> str:
+    target.kube.apply(example(target, "mpi-cpu.yaml", ns))
+    wait_finished(target, ns, "mpi-cpu")
+    return logs(target.kube, ns, "mpi-cpu-launcher-0")
+
+
+def run_restart(target: Target, ns: str) -> tuple[dict[str, Any], str]:
+    """Kill worker 1's trainer mid-run (SIGTERM to its PID 1, torchrun): the gang restarts."""
+    kube = target.kube
+    kube.apply(example(target, "pytorch-restart-cpu.yaml", ns))
+    victim = "ddp-restart-worker-1"
+    kube.wait_for(
+        f"{victim} to train a few steps",
+        lambda: re.search(r"step [1-9]0 ", logs(kube, ns, victim)),
+        JOB_TIMEOUT,
+        interval=1.0,
+    )
+    kube.run("exec", victim, "-n", ns, "--", "kill", "-TERM", "1")
+    tj = wait_finished(target, ns, "ddp-restart")
+    return tj, logs(kube, ns, "ddp-restart-worker-0")
+
+
+DDP_LINE = re.compile(r"ddp: world=2 steps=\d+ loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK")
+MPI_LINE = re.compile(r"mpi: size=2 allreduce=3 expected=3 OK")
