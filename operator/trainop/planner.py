@@ -200,13 +200,14 @@ def check_semantics(spec: TrainingJobSpec, config: OperatorConfig | None = None)
     # ranks them with the gang, and the framework wiring ignores their ranks
     # (frameworks.base.ranked_members), so they are not refused here.
     for role, r in spec.replica_specs.items():
-        containers = (r.template.get("spec") or {}).get("containers") if r.template else None
+        pod_spec = r.template.get("spec", {}) if r.template else {}
+        if not isinstance(pod_spec, dict):  # before reading inside it (a fuzz test found this)
+            raise InvalidJob(f"spec.replicaSpecs.{role}.template.spec", "must be a PodSpec object")
+        containers = (pod_spec or {}).get("containers")
         if containers is not None and not isinstance(containers, list):
             raise InvalidJob(
                 f"spec.replicaSpecs.{role}.template.spec.containers", "must be a list of containers"
             )
-        if r.template and not isinstance(r.template.get("spec", {}), dict):
-            raise InvalidJob(f"spec.replicaSpecs.{role}.template.spec", "must be a PodSpec object")
     _check_sharing(spec)
     if config is not None:
         candidates(spec, config)

@@ -252,6 +252,8 @@ def test_default_template_is_accepted_by_the_apiserver(
             "ConfigMap",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",  # leader election: the Lease in the release namespace
+            "RoleBinding",
             "Service",
             "Deployment",
         ]

@@ -308,3 +308,19 @@ def test_user_env_and_resources_survive_planning() -> None:
         assert limits["cpu"] == "32" and limits["memory"] == "512Gi"
         assert limits[c.RESOURCE_GPU] == "8"
         assert pod["spec"]["containers"][1] == template["spec"]["containers"][1]
+
+
+def test_a_template_spec_that_is_not_an_object_is_invalid_not_a_crash() -> None:
+    """Found by the fuzz test: a string where the PodSpec goes."""
+    from trainop.api.trainingjob import TrainingJobSpec
+    from trainop.planner import InvalidJob, check_semantics
+
+    spec = TrainingJobSpec.model_validate(
+        {
+            "framework": {"name": "pytorch", "version": "2.4"},
+            "replicaSpecs": {"Worker": {"replicas": 1, "gpus": 1, "template": {"spec": "x"}}},
+        }
+    )
+    with pytest.raises(InvalidJob) as err:
+        check_semantics(spec)
+    assert err.value.field == "spec.replicaSpecs.Worker.template.spec"
