@@ -148,3 +148,27 @@ def test_a_node_deleted_under_a_running_gang_restarts_it_elsewhere(
         fleet = load_fleet()
         local_cluster.apply_fleet(fleet)
         local_cluster.wait_ready(fleet, 60)
+
+
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_control_plane_restart_mid_run_loses_no_job(
+    kube: Kube,
+    namespace: str,
+    local_cluster: LocalCluster,
+    operator: OperatorProcess,
+    component: str,
+) -> None:
+    """kill -9 the apiserver (or etcd) while jobs run, bring it back: the operator rides it
+    out (kopf's watches reconnect), nothing is lost or duplicated, and new jobs still run."""
+    before = [_job(namespace, f"{component[:4]}-a{i}", run="5s") for i in range(4)]
+    _apply_all(kube, before)
+    time.sleep(2)
+    pid = local_cluster._pids()[component]
+    os.kill(pid, 9)
+    time.sleep(2)
+    local_cluster.up()  # starts what is down, as `trainop cluster up` does
+    after = [_job(namespace, f"{component[:4]}-b{i}", run="3s") for i in range(2)]
+    _apply_all(kube, after)
+    names = [j["metadata"]["name"] for j in before + after]
+    _audit(kube, namespace, names, ("Succeeded",))
+    assert operator.proc is not None and operator.proc.poll() is None, operator.log_tail()
