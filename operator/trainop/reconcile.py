@@ -35,7 +35,7 @@ from trainop.failures import (
     image_pull_failure,
     strongest,
 )
-from trainop.inventory import Snapshot
+from trainop.inventory import Snapshot, pod_request
 from trainop.manifests import pod_name
 from trainop.planner import (
     InvalidJob,
@@ -630,10 +630,12 @@ def _broken_nodes(
         since = parse_time((node.not_ready_since or "").replace(".000000", ""))
         if since is not None and (now - since).total_seconds() >= grace:
             out.append(f"node {node_name} has not been Ready since {node.not_ready_since}")
-        elif node.gpus_used > node.gpus_allocatable:
+        elif (held := _gang_gpus_on(pods, node_name)) > node.gpus_allocatable:
+            # The gang's own pods only: what other pods hold could be counted twice while
+            # the watch lags, and a restart must never come from bookkeeping.
             out.append(
                 f"node {node_name} lost GPUs: {node.gpus_allocatable} allocatable, "
-                f"{node.gpus_used} held"
+                f"{held} held by this gang"
             )
     return out
 
@@ -692,6 +694,10 @@ def _image_pull(
         _terminal(st, "Failed", IMAGE_PULL, f"{failure.message}; not retried{grace}")
         return 0.0
     return left
+
+
+def _gang_gpus_on(pods: Sequence[Mapping[str, Any]], node_name: str) -> int:
+    return sum(pod_request(p) for p in pods if (p.get("spec") or {}).get("nodeName") == node_name)
 
 
 def _known_names(snapshot: Snapshot) -> set[str]:

@@ -1581,7 +1581,9 @@ def _gpus(count: int) -> Callable[[dict[str, Any]], None]:
         pytest.param(None, "a100-01", True, "node a100-01 was deleted", id="node-deleted"),
         pytest.param(_not_ready(120), None, True, "has not been Ready since", id="not-ready-120s"),
         pytest.param(_not_ready(10), None, False, "", id="not-ready-10s-within-grace"),
-        pytest.param(_gpus(4), None, True, "lost GPUs: 4 allocatable, 8 held", id="gpu-fell-off"),
+        pytest.param(
+            _gpus(4), None, True, "lost GPUs: 4 allocatable, 8 held by this gang", id="gpu-fell-off"
+        ),
         pytest.param(None, None, False, "", id="healthy"),
     ],
 )

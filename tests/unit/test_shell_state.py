@@ -276,3 +276,20 @@ def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool) -> 
         return None if v is None else Verdict(Admission(*v), "uid", 1)
 
     assert _worth_telling(verdict(old), verdict(new)) is tell  # type: ignore[arg-type]
+
+
+def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> None:
+    """Found at 2,000 nodes: a watch minutes behind a burst must not free a gang's GPUs
+    (or make it look half-gone) because its assumption expired."""
+    state = fleet_state()
+    state.upsert_job(new_job("bert"))
+    pod_body = pod("bert-worker-0").on("a100-01").build()
+    pod_body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    state.created(pod_body, now=0.0)
+    state.expire(now=300.0)  # the assumption is gone ...
+    assert state.assumed == {}
+    assert state.snapshot().node("a100-01").gpus_free == 0  # ... the created pod is not
+    assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
+    state.expire(now=1000.0)  # never seen for 10 minutes: gone before we saw it
+    assert state.snapshot().node("a100-01").gpus_free == 8

@@ -436,7 +436,7 @@ async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) ->
     )
     for new, created in zip(pods, results, strict=True):
         if created is not None and not isinstance(created, BaseException):
-            state.created(new)
+            state.created(new, time.monotonic())
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:
         raise failed[0]

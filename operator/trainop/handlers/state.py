@@ -139,6 +139,8 @@ class ShellState:
     # Pods we created that the watch has not shown yet: the reconcile counts them as
     # present, so a gang seen half-way through the watch is never taken for a broken one.
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    inflight_ttl: float = 600.0
+    _inflight_at: dict[Key, float] = field(default_factory=dict)
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
     released: set[Key] = field(default_factory=set)
@@ -211,6 +213,7 @@ class ShellState:
         old_gpus = self.pod_gpus.get(key)
         self.pods[key] = slim
         self.inflight.pop(key, None)
+        self._inflight_at.pop(key, None)
         if key in self.released and not _gated(slim):
             self.released.discard(key)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
@@ -356,12 +359,15 @@ class ShellState:
         self._settle_assumed(key)
         self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
 
-    def created(self, pod: Mapping[str, Any]) -> None:
-        """A pod we just created: present for the reconcile until the watch shows it."""
+    def created(self, pod: Mapping[str, Any], now: float = 0.0) -> None:
+        """A pod we just created: present for the reconcile, and its GPUs used, until the
+        watch shows it (or it is deleted, or `inflight_ttl` passes: a watch that lags a
+        burst by minutes must not make a created gang look half-gone)."""
         meta = pod["metadata"]
         key = (str(meta.get("namespace")), str(meta.get("name")))
         if key not in self.pods:
             self.inflight[key] = slim_pod(pod)
+            self._inflight_at[key] = now
 
     def forget(self, key: Key) -> None:
         """Drop an assumption (the create failed, or the job went away): GPUs free again."""
@@ -379,10 +385,17 @@ class ShellState:
             del self.inflight[pod_key]
 
     def expire(self, now: float) -> list[Key]:
-        """Forget assumptions older than `assume_ttl` (pods never showed up)."""
+        """Forget assumptions older than `assume_ttl` (the gang was never created) and
+        created pods the watch has not shown for `inflight_ttl` (gone before we saw them);
+        created pods themselves stay counted until then."""
         stale = [k for k, a in self.assumed.items() if a.expires <= now]
         for key in stale:
-            self.forget(key)
+            if self.assumed.pop(key, None) is not None:
+                self.touch()
+        for pod_key in [k for k, t in self._inflight_at.items() if t + self.inflight_ttl <= now]:
+            self.inflight.pop(pod_key, None)
+            self._inflight_at.pop(pod_key, None)
+            self.touch()
         return stale
 
     def _settle_assumed(self, key: Key) -> None:
@@ -413,11 +426,20 @@ class ShellState:
             node = self._node_of(kind, value)
             if node is not None:
                 used[node] += gpus
+        counted: set[Key] = set()
         for key, assumed in self.assumed.items():
-            for kind, value, gpus in assumed.pending(self.pods_of_job.get(key, ())).values():
+            pending = assumed.pending(self.pods_of_job.get(key, ()))
+            for pod_name, (kind, value, gpus) in pending.items():
+                counted.add((key[0], pod_name))
                 node = self._node_of(kind, value)
                 if node is not None:
                     used[node] += gpus
+        for pod_key, created in self.inflight.items():  # created, not yet seen, not assumed
+            held = None if pod_key in counted else self.holding(created)
+            if held is not None:
+                node = self._node_of(held[0], held[1])
+                if node is not None:
+                    used[node] += held[2]
         return used
 
     def snapshot(self) -> Snapshot:
