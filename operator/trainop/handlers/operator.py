@@ -401,14 +401,14 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         state.inflight.pop((ns, gone), None)
     await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
     await _create(ns, name, body, acts)
-    release = [p for p in acts.ungate if (ns, p) not in state.released]
+    release = state.to_release(ns, acts.ungate, time.monotonic())
     await asyncio.gather(
         *(
             _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))
             for p in release
         )
     )
-    state.released.update((ns, p) for p in release)
+    state.released.update({(ns, p): time.monotonic() for p in release})
     await _write_status(ns, name, body, acts.status)
     for etype, reason, message in acts.events:
         await _event(body, etype, reason, message)

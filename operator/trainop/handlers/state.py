@@ -143,7 +143,7 @@ class ShellState:
     _inflight_at: dict[Key, float] = field(default_factory=dict)
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
-    released: set[Key] = field(default_factory=set)
+    released: dict[Key, float] = field(default_factory=dict)  # pod -> when (monotonic)
     decisions: dict[Key, Any] = field(default_factory=dict)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The error channel: transient failures in a row per job (for capped backoff), and the
@@ -215,7 +215,7 @@ class ShellState:
         self.inflight.pop(key, None)
         self._inflight_at.pop(key, None)
         if key in self.released and not _gated(slim):
-            self.released.discard(key)
+            self.released.pop(key, None)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
             self.pods_of_job[(key[0], job)].add(key[1])
@@ -231,7 +231,7 @@ class ShellState:
     def remove_pod(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         slim = self.pods.pop(key, None)
-        self.released.discard(key)
+        self.released.pop(key, None)
         if slim is None:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
@@ -254,6 +254,11 @@ class ShellState:
         if binding is None or not gpus:
             return None
         return (binding[0], binding[1], gpus)
+
+    def to_release(self, namespace: str, pods: list[str], now: float) -> list[str]:
+        """The pods of `pods` not released in the last 30 s (a release the watch has not
+        shown by then, e.g. lost to a conflict, is sent again)."""
+        return [p for p in pods if now - self.released.get((namespace, p), -1e9) > 30.0]
 
     def job_pods(self, key: Key, uid: str | None) -> list[dict[str, Any]]:
         """The job's pods (label job-name and an owner reference to this job's uid), with

@@ -207,7 +207,10 @@ class Snapshot:
     def inherit_static(self, other: Snapshot) -> None:
         """Take `other`'s "static" memo entries: for a snapshot of the same nodes (names,
         labels, taints, allocatable) whose only difference is GPU usage."""
-        for key, value in other._memo.items():
+        # A copy first: the admission cycle's worker thread may add entries to `other`
+        # while the event loop derives a new snapshot from it (list() of a dict's items
+        # runs without a thread switch; iterating the live view does not).
+        for key, value in list(other._memo.items()):
             if isinstance(key, tuple) and key and key[0] == "static":
                 self._memo.setdefault(key, value)
 
