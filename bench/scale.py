@@ -457,7 +457,9 @@ def _phases(client: Client, ns: str) -> dict[str, str]:
 def run_deep(
     client: Client, nodes: int, queued: int, operator_pid: int, timeout: float
 ) -> DeepResult:
-    ns = "bench-deep"
+    ns = (
+        f"bench-deep-{int(time.time()) % 100000}"  # a fresh one: an old run may still be going away
+    )
     client.ensure_namespace(ns)
     fillers = [Gang(f"fill{i:04d}", 8, 8) for i in range(nodes // 8)]
     client.create_jobs([training_job(g, ns) for g in fillers], ns)

@@ -159,38 +159,41 @@ def _spawn(coro: Any) -> None:
 
 
 # --- watches -> state ---------------------------------------------------------------------
+# Every handler that touches the state is `async`: kopf runs those on the event loop, where
+# the admission loop and the reconciles run too, so the state is only ever changed from one
+# thread (kopf runs plain `def` handlers in a thread pool).
 @kopf.index("nodes")
-def node_index(body: kopf.Body, **_: Any) -> None:
+async def node_index(body: kopf.Body, **_: Any) -> None:
     Runtime.state.upsert_node(body)
 
 
 @kopf.index("pods")
-def pod_index(body: kopf.Body, **_: Any) -> None:
+async def pod_index(body: kopf.Body, **_: Any) -> None:
     Runtime.state.upsert_pod(body)
 
 
 @kopf.index(JOBS)
-def job_index(body: kopf.Body, **_: Any) -> None:
+async def job_index(body: kopf.Body, **_: Any) -> None:
     Runtime.state.upsert_job(body)
 
 
 @kopf.index(QUEUES)
-def queue_index(body: kopf.Body, **_: Any) -> None:
+async def queue_index(body: kopf.Body, **_: Any) -> None:
     Runtime.state.upsert_queue(body)
 
 
 @kopf.index("namespaces")
-def namespace_index(name: str, labels: Mapping[str, str], **_: Any) -> None:
+async def namespace_index(name: str, labels: Mapping[str, str], **_: Any) -> None:
     Runtime.state.upsert_namespace(name, labels)
 
 
 @kopf.index("priorityclasses.scheduling.k8s.io")
-def priority_index(name: str, body: kopf.Body, **_: Any) -> None:
+async def priority_index(name: str, body: kopf.Body, **_: Any) -> None:
     Runtime.state.upsert_priority(name, int(body.get("value") or 0))
 
 
 @kopf.index("fabricprofiles.trainop.dev")
-def fabric_index(name: str, spec: kopf.Spec, logger: Any, **_: Any) -> None:
+async def fabric_index(name: str, spec: kopf.Spec, logger: Any, **_: Any) -> None:
     """FabricProfile custom resources, validated once here; a bad one is skipped with a log line."""
     try:
         Runtime.state.upsert_fabric(
@@ -206,8 +209,8 @@ def _deleted(event: kopf.RawEvent) -> bool:
     return event.get("type") == "DELETED"
 
 
-def _remover(remove: Callable[[ShellState, str], None]) -> Callable[..., None]:
-    def on_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+def _remover(remove: Callable[[ShellState, str], None]) -> Callable[..., Any]:
+    async def on_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if _deleted(event):
             remove(Runtime.state, name)
 
