@@ -208,7 +208,7 @@ class Client:
     def create_bare_gangs(self, gangs: list[Gang], ns: str) -> None:
         def one(g: Gang) -> None:
             for i in range(g.replicas):
-                self.core.create_namespaced_pod(ns, bare_pod(g, i, ns))
+                self._retry(lambda i=i: self.core.create_namespaced_pod(ns, bare_pod(g, i, ns)))
             for i in range(g.replicas):  # the whole gang exists: release it
                 self.core.patch_namespaced_pod(
                     f"{g.name}-{i}",
@@ -217,6 +217,22 @@ class Client:
                 )
 
         list(self.pool.map(one, gangs))
+
+    @staticmethod
+    def _retry(call: Callable[[], Any], seconds: float = 30.0) -> Any:
+        """A new namespace refuses pods until its default ServiceAccount exists."""
+        from kubernetes.client.rest import ApiException
+
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return call()
+            except ApiException as exc:
+                if exc.status != 403 or "service account" not in str(exc.body):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def apiserver_counts(self) -> dict[str, float]:
         """Requests the apiserver served that only trainop's process makes (kopf's part)."""

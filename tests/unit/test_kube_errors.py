@@ -23,6 +23,14 @@ def api(status: int, message: str = "boom") -> ApiException:
         pytest.param(api(404, "priorityclass not found"), PERMANENT, id="404"),
         pytest.param(api(409), PERMANENT, id="409-conflict"),
         pytest.param(api(429, "storage is (re)initializing"), TRANSIENT, id="429"),
+        pytest.param(
+            api(
+                403,
+                'error looking up service account ns/default: serviceaccount \\"default\\" not found',
+            ),
+            TRANSIENT,
+            id="403-new-namespace-without-its-serviceaccount-yet",
+        ),
         pytest.param(api(500), TRANSIENT, id="500"),
         pytest.param(api(503), TRANSIENT, id="503"),
         pytest.param(api(504), TRANSIENT, id="504-timeout"),

@@ -52,7 +52,11 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, ApiException):
         code = int(exc.status or 0)
         text = _api_message(exc)
-        if code in _TRANSIENT_CODES or code >= 500 or code == 0:
+        # A namespace seconds old has no default ServiceAccount yet: admission refuses pods
+        # with 403 until the ServiceAccount controller catches up, so that one is retried.
+        lowered = text.lower()
+        not_yet = code == 403 and "service account" in lowered and "not found" in lowered
+        if code in _TRANSIENT_CODES or code >= 500 or code == 0 or not_yet:
             return Failure(TRANSIENT, code or None, f"{code} {exc.reason}: {text}")
         if code in _PERMANENT_CODES:
             return Failure(PERMANENT, code, f"{code} {exc.reason}: {text}")
