@@ -27,6 +27,9 @@ def _queue(name: str, namespace: str, gpus: int, cohort: str) -> dict[str, Any]:
             "cohort": cohort,
             "quotas": [{"name": "h100", "products": [H100], "gpus": gpus}],
             "policy": {"allowedFrameworks": ["pytorch"]},
+            # Quota and reclaim are under test, not topology-aware waiting: a gang spread
+            # by an earlier test's leftovers would otherwise wait for a better block.
+            "topologyWaitSeconds": 0,
         },
     }
 
