@@ -77,6 +77,9 @@ class Actions:
     needs_ssh_secret: str | None = None
     # Gates of other controllers that must stay on a pod trainop releases (name -> gates).
     keep_gates: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The pods in `create` are a whole gang: release them as soon as every create has
+    # succeeded, without waiting for the watch to show them (a failed create releases none).
+    release_created: bool = False
 
 
 def iso(t: datetime) -> str:
@@ -264,7 +267,8 @@ class _Ctx:
     """One reconcile's inputs and its output in the making; the phase handlers share it."""
 
     body: Mapping[str, Any]
-    snapshot: Callable[[], Snapshot]
+    snapshot: Callable[[], Snapshot]  # with GPU use: for planning
+    fleet: Callable[[], Snapshot]  # node facts (may lag on use): for "is my node still fine"
     config: OperatorConfig
     now: datetime
     admission: Admission
@@ -319,17 +323,21 @@ def reconcile(
     now: datetime,
     admission: Admission = ADMIT_ALL,
     priority_classes: Collection[str] | None = None,
+    fleet: Callable[[], Snapshot] | None = None,
 ) -> Actions:
     """Decide the next actions for one TrainingJob (see the module docstring).
 
     `priority_classes`: the PriorityClass names the cluster has (None: unknown, not checked);
-    a gang is never started for a job naming a missing one.
+    a gang is never started for a job naming a missing one. `fleet`: the nodes without
+    their GPU use, cheaper to keep current than the planning snapshot, for the checks of a
+    started gang (default: the planning snapshot).
 
     The checks that hold in every phase run first (_CHECKS, in order); then the handler of
     the job's situation (_HANDLERS, chosen by `_situation`) decides."""
     ctx = _Ctx(
         body=body,
         snapshot=snapshot_for_planning,
+        fleet=fleet or snapshot_for_planning,
         config=config,
         now=now,
         admission=admission,
@@ -466,21 +474,26 @@ def _on_admitted(ctx: _Ctx) -> Actions:
         ctx.delete_all()
         ctx.st.replan("Replanning", "gang was incomplete; re-planning")
         return ctx.finish(requeue=1.0)
-    lost = _lost_nodes(gated, ctx.snapshot())
+    lost = _lost_nodes(gated, ctx.fleet())
     if lost:
         ctx.delete_all()
         ctx.st.replan("NodeLost", f"planned node(s) {', '.join(lost)} are gone; re-planning")
         return ctx.finish(requeue=1.0)
     ctx.acts.ungate.extend(sorted(p["metadata"]["name"] for p in gated))
     for p in gated:
-        others = [
-            g
-            for g in (p.get("spec") or {}).get("schedulingGates") or []
-            if g.get("name") != c.SCHEDULING_GATE
-        ]
-        if others:
-            ctx.acts.keep_gates[p["metadata"]["name"]] = others
+        _keep_other_gates(ctx.acts, p)
     return ctx.finish(requeue=1.0)
+
+
+def _keep_other_gates(acts: Actions, pod: Mapping[str, Any]) -> None:
+    """Other controllers' scheduling gates stay on a pod trainop releases."""
+    others = [
+        g
+        for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        if g.get("name") != c.SCHEDULING_GATE
+    ]
+    if others:
+        acts.keep_gates[pod["metadata"]["name"]] = others
 
 
 def _on_running(ctx: _Ctx) -> Actions:
@@ -506,8 +519,10 @@ def _on_running(ctx: _Ctx) -> Actions:
             return done
     if all(_phase(p) in ("Running", "Succeeded") for p in ctx.live):
         ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running")
-        return ctx.finish(requeue=5.0)
-    lost = _lost_nodes([p for p in ctx.live if _phase(p) == "Pending"], ctx.snapshot())
+        # Nothing to poll: pod and node events bring the job back; only a node that is
+        # NotReady but still within its grace needs a look when the grace ends.
+        return ctx.finish(requeue=_grace_left(ctx))
+    lost = _lost_nodes([p for p in ctx.live if _phase(p) == "Pending"], ctx.fleet())
     if lost:
         ctx.delete_all()
         ctx.st.enter(
@@ -588,7 +603,7 @@ def _nodes_broken(ctx: _Ctx) -> Actions | None:
     bound = [p for p in ctx.live if (p.get("spec") or {}).get("nodeName")]
     if not bound:
         return None
-    broken = _broken_nodes(bound, ctx.snapshot(), ctx.now, ctx.config.node_lost_seconds)
+    broken = _broken_nodes(bound, ctx.fleet(), ctx.now, ctx.config.node_lost_seconds)
     if not broken:
         return None
     ctx.delete_all()
@@ -600,6 +615,17 @@ def _nodes_broken(ctx: _Ctx) -> Actions | None:
         warning=True,
     )
     return ctx.finish(requeue=1.0)
+
+
+def _grace_left(ctx: _Ctx) -> float | None:
+    """Seconds until a NotReady node under the gang has been so for node_lost_seconds."""
+    fleet, grace, left = ctx.fleet(), ctx.config.node_lost_seconds, []
+    for name in {str((p.get("spec") or {}).get("nodeName") or "") for p in ctx.live} - {""}:
+        node = fleet.get(name)
+        since = parse_time((node.not_ready_since or "").replace(".000000", "")) if node else None
+        if since is not None:
+            left.append(max(1.0, grace - (ctx.now - since).total_seconds()))
+    return min(left) if left else None
 
 
 def _image_stuck(ctx: _Ctx) -> Actions | None:
@@ -769,6 +795,9 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
     st = ctx.st
     ctx.acts.create.extend(result.objects)
     ctx.acts.needs_ssh_secret = result.secret_name
+    ctx.acts.release_created = True
+    for pod in result.pods:
+        _keep_other_gates(ctx.acts, pod)
     if any(
         cd.get("type") == "Preempted" and cd.get("status") == "True" for cd in st.new["conditions"]
     ):

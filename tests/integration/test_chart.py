@@ -541,7 +541,7 @@ def test_operator_with_chart_credentials_runs_a_job_end_to_end(
                 timeout=90,
             )
             tj = kube.get("trainingjob", "rbac-proof", "-n", namespace)
-            assert tj["metadata"]["finalizers"] == ["trainop.dev/finalizer"]
+            assert not tj["metadata"].get("finalizers")  # a deletion never waits on trainop
             pods = kube.get("pods", "-n", namespace, "-l", "trainop.dev/job-name=rbac-proof")
             names = sorted(p["metadata"]["name"] for p in pods["items"])
             assert names == ["rbac-proof-worker-0", "rbac-proof-worker-1"]

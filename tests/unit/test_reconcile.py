@@ -57,6 +57,7 @@ def run(
     admission: Admission = ADMIT_ALL,
     now_offset: float = 0.0,
     snapshot: Callable[[], Snapshot] = fleet_snapshot,
+    fleet: Callable[[], Snapshot] | None = None,
 ) -> Actions:
     return reconcile(
         as_body(body),
@@ -65,6 +66,7 @@ def run(
         CONFIG,
         NOW + timedelta(seconds=now_offset),
         admission,
+        fleet=fleet,
     )
 
 
@@ -224,7 +226,7 @@ CASES = [
         reason="AllPodsRunning",
         message="2 pods running",
         events=(("Normal", "AllPodsRunning"),),
-        requeue=5.0,
+        requeue=None,
         status={
             "replicaStatuses": {"Worker": {"pending": 0, "running": 2, "succeeded": 0, "failed": 0}}
         },
@@ -234,7 +236,7 @@ CASES = [
         running(),
         (pod(W0).running(), pod(W1).running()),
         phase="Running",
-        requeue=5.0,
+        requeue=None,
     ),
     Case(
         "pending-pod-on-lost-node-restarts-uncounted",
@@ -263,7 +265,7 @@ CASES = [
         running(),
         (pod(W0).succeeded(), pod(W1).running()),
         phase="Running",
-        requeue=5.0,
+        requeue=None,
     ),
     Case(
         "rank-zero-succeeded-stops-peers",
@@ -288,7 +290,7 @@ CASES = [
         running(job().run_policy(successPolicy="RankZero")),
         (pod(W0).running(), pod(W1).succeeded()),
         phase="Running",
-        requeue=5.0,
+        requeue=None,
     ),
     Case(
         "tf-chief-succeeded",
@@ -305,7 +307,7 @@ CASES = [
         running(tf_job(), pods=4),
         tuple(tf_pods(chief="running", workers="succeeded", ps="running")),
         phase="Running",
-        requeue=5.0,
+        requeue=None,
     ),
     Case(
         "mpi-launcher-succeeded",
@@ -321,7 +323,7 @@ CASES = [
         running(mpi_job(), pods=3),
         tuple(mpi_pods(launcher="running", workers="succeeded")),
         phase="Running",
-        requeue=5.0,
+        requeue=None,
     ),
     # Failures and restarts.
     Case(
@@ -599,7 +601,7 @@ CASES = [
         phase="Running",
         delete=(W2,),
         events=(("Normal", "AllPodsRunning"),),  # "3 pods running" replaces "2 pods running"
-        requeue=5.0,
+        requeue=None,
     ),
     Case(
         "replicas-raised-restarts-gang-uncounted",
@@ -883,6 +885,19 @@ def test_reconcile_does_not_mutate_its_inputs(case: Case) -> None:
 
 
 # --- the gang a new job gets -------------------------------------------------------------------
+
+
+def test_a_created_gang_is_released_once_every_create_succeeded() -> None:
+    """The shell releases the gang it just created without waiting for the watch; another
+    controller's gate from the template stays on."""
+    doc = job().build()
+    worker = doc["spec"]["replicaSpecs"]["Worker"]
+    worker["template"] = {"spec": {"schedulingGates": [{"name": "example.com/other"}]}}
+    acts = run(doc)
+    names = [p["metadata"]["name"] for p in acts.create if p["kind"] == "Pod"]
+    assert acts.release_created and names == [W0, W1]
+    assert acts.keep_gates == {n: [{"name": "example.com/other"}] for n in names}
+    assert not run(running(), (pod(W0).running(), pod(W1).running())).release_created
 
 
 def test_new_job_gets_a_gated_pinned_gang_and_a_headless_service() -> None:
@@ -1211,6 +1226,8 @@ def test_queue_position_change_keeps_quiet_when_the_message_does_not() -> None:
 
 
 # --- the snapshot is built only when needed ----------------------------------------------------
+# The planning snapshot (GPU use counted, rebuilt by the shell on every pod change) is asked
+# for only to plan; a started gang's node checks read the cheaper `fleet`.
 
 
 @pytest.mark.parametrize(
@@ -1218,7 +1235,7 @@ def test_queue_position_change_keeps_quiet_when_the_message_does_not() -> None:
     [
         pytest.param(job(), (), ADMIT_ALL, 1, id="new-job-plans"),
         pytest.param(
-            admitted(), (pod(W0).gated(), pod(W1).gated()), ADMIT_ALL, 1, id="gated-checks-nodes"
+            admitted(), (pod(W0).gated(), pod(W1).gated()), ADMIT_ALL, 0, id="gated-checks-fleet"
         ),
         pytest.param(running(), (pod(W0).running(), pod(W1).running()), ADMIT_ALL, 0, id="running"),
         pytest.param(finished("Succeeded", 5), (), ADMIT_ALL, 0, id="terminal"),
@@ -1236,7 +1253,7 @@ def test_snapshot_is_built_only_for_planning_and_node_checks(
         seen.append(1)
         return fleet_snapshot()
 
-    run(body, pods, admission=admission, snapshot=snapshot)
+    run(body, pods, admission=admission, snapshot=snapshot, fleet=fleet_snapshot)
     assert len(seen) == calls
 
 
@@ -1446,7 +1463,9 @@ def test_pending_fields_describe_only_the_current_wait(
 @pytest.mark.parametrize(
     ("body", "pods", "want"),
     [
-        pytest.param(running(), (pod(W0).running(), pod(W1).running()), 5.0, id="running-poll"),
+        pytest.param(
+            running(), (pod(W0).running(), pod(W1).running()), 3500.0, id="running-until-deadline"
+        ),
         pytest.param(restarting(1, 4), (), 6.0, id="backoff-wait"),
         pytest.param(admitted(), (pod(W0).gated(), pod(W1).gated()), 1.0, id="after-ungate"),
     ],
@@ -1600,6 +1619,22 @@ def test_a_failing_node_restarts_the_whole_gang_without_counting(
     assert phrase in cond(acts.status, "Restarting")["message"]
     assert sorted(acts.delete_pods) == [W0, W1]
     assert int(acts.status.get("restartCount") or 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "requeue"),
+    [
+        pytest.param(None, None, id="healthy-nodes-nothing-to-poll"),
+        pytest.param(_not_ready(10), CONFIG.node_lost_seconds - 10, id="not-ready-look-at-grace-end"),
+    ],
+)
+def test_a_running_gang_is_looked_at_again_only_when_a_grace_ends(
+    change: Any, requeue: float | None
+) -> None:
+    gang, snapshot = _fleet(change, None)
+    acts = run(running(), gang, snapshot=snapshot)
+    assert acts.status["phase"] == "Running"
+    assert acts.requeue_after == (None if requeue is None else pytest.approx(requeue))
 
 
 # --- fail loud (issue 12): PriorityClass checked before a gang, never under a running one ----

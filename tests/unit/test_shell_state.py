@@ -293,3 +293,40 @@ def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> 
     assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
     state.expire(now=1000.0)  # never seen for 10 minutes: gone before we saw it
     assert state.snapshot().node("a100-01").gpus_free == 8
+
+
+# --- what a started gang's checks read -----------------------------------------------------
+def test_the_fleet_view_is_rebuilt_only_when_a_node_changes() -> None:
+    state = fleet_state()
+    first = state.fleet()
+    state.upsert_pod(gpu_pod("busy", "h100-a-01", 4))
+    assert state.fleet() is first  # a pod is no reason to rebuild the node facts
+    node = fleet_nodes()[0]
+    node["metadata"]["labels"]["example.com/new"] = "1"
+    assert state.upsert_node(node)
+    assert state.fleet() is not first
+    assert not state.upsert_node(copy.deepcopy(node))  # unchanged: nothing to look at
+
+
+def test_jobs_on_node_names_the_jobs_with_a_pod_there() -> None:
+    state = fleet_state()
+    state.upsert_job(new_job("bert"))
+    mine = gpu_pod("bert-worker-0", "a100-01", 8)
+    mine["metadata"].update(namespace="team-a", labels={"trainop.dev/job-name": "bert"})
+    state.upsert_pod(mine)
+    state.upsert_pod(gpu_pod("busy", "a100-01", 4))  # no job label: nobody to tell
+    assert state.jobs_on_node("a100-01") == [("team-a", "bert")]
+    assert state.jobs_on_node("a100-02") == []
+
+
+def test_a_created_pod_deleted_before_the_watch_saw_it_is_gone_for_its_job() -> None:
+    state = fleet_state()
+    state.upsert_job(new_job("bert"))
+    state.created(pod("bert-worker-0").build())
+    state.created(pod("bert-worker-1").build())
+    state.drop_created("team-a", "bert-worker-0")
+    names = [p["metadata"]["name"] for p in state.job_pods(("team-a", "bert"), uid_of("bert"))]
+    assert names == ["bert-worker-1"]
+    state.forget(("team-a", "bert"))
+    assert state.inflight == {}
+    assert state.job_pods(("team-a", "bert"), uid_of("bert")) == []

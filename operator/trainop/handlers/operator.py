@@ -65,8 +65,13 @@ class Runtime:
     loop: AdmissionLoop | None = None
     elector: Elector | None = None  # set by `trainop run --leader-elect`
     renew_seconds: float = 2.0
+    resync_seconds: float = 60.0
     stopping: bool = False
     locks: dict[Key, asyncio.Lock] = {}
+    # Jobs with a reconcile waiting for their lock: a later request for one of them is
+    # already covered (the waiting run reads the state when it gets the lock), so a gang's
+    # pod events in a burst coalesce into a few reconciles instead of one per event.
+    queued: set[Key] = set()
     requeued: dict[Key, asyncio.TimerHandle] = {}
     tasks: set[asyncio.Task[Any]] = set()
 
@@ -91,7 +96,8 @@ def current_config() -> OperatorConfig:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md).
+    # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md). No handler
+    # needs a finalizer; kopf removes this one from jobs that an older trainop gave it.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=c.ANNOTATION_PREFIX
@@ -117,9 +123,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     metrics.JOBS.source = Runtime.state.job_bodies
     Runtime.state.leader = Runtime.elector is None
     Runtime.stopping = False
-    Runtime.locks, Runtime.requeued = {}, {}
+    Runtime.locks, Runtime.requeued, Runtime.queued = {}, {}, set()
     Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
     _spawn(Runtime.loop.run())
+    _spawn(_resync_forever())
     if Runtime.elector is not None:
         _spawn(_lead(Runtime.elector))
 
@@ -164,7 +171,12 @@ def _spawn(coro: Any) -> None:
 # thread (kopf runs plain `def` handlers in a thread pool).
 @kopf.index("nodes")
 async def node_index(body: kopf.Body, **_: Any) -> None:
-    Runtime.state.upsert_node(body)
+    """A node that changed may end the gangs on it (NotReady, GPUs lost): they are looked
+    at now, not at the next resync."""
+    state = Runtime.state
+    if state.upsert_node(body) and state.synced:
+        for key in state.jobs_on_node(body["metadata"]["name"]):
+            _spawn(reconcile_job(key))
 
 
 @kopf.index("pods")
@@ -243,26 +255,35 @@ async def on_pod_event(
 async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
     if _deleted(event):
         Runtime.state.remove_job(namespace, name)
+        if Runtime.state.leader:
+            _spawn(_delete_pods(namespace, name))
         return
     await reconcile_job((namespace, name))
 
 
-@kopf.timer(
-    JOBS, interval=10.0, sharp=False, when=lambda status, **_: status.get("phase") in _RESYNC_PHASES
-)
-async def resync(namespace: str, name: str, **_: Any) -> None:
-    """Level-based safety net for jobs that hold pods (waiting jobs belong to the loop)."""
-    await reconcile_job((namespace, name))
+async def _resync_forever() -> None:
+    """Level-based safety net for jobs that hold pods (waiting jobs belong to the loop):
+    every `resync_seconds`, each such job is reconciled once. trainop's own loop, not a
+    kopf timer: a kopf timer makes kopf put a finalizer on every TrainingJob (two more
+    writes per job, and deletions that hang while the operator is away)."""
+    while not Runtime.stopping:
+        await asyncio.sleep(Runtime.resync_seconds)
+        state = Runtime.state
+        for key in sorted(state.jobs):
+            body = state.job(key)
+            if body is not None and (body.get("status") or {}).get("phase") in _RESYNC_PHASES:
+                _spawn(reconcile_job(key))
 
 
-@kopf.on.delete(JOBS)
-async def on_job_delete(namespace: str, name: str, **_: Any) -> None:
-    """Delete the pods at once (garbage collection would too, later) so GPUs free up fast."""
+async def _delete_pods(namespace: str, name: str) -> None:
+    """A deleted job's pods go now (garbage collection would too, later) so GPUs free fast."""
     api = Runtime.api
     assert api is not None
-    for pod in await asyncio.to_thread(api.list_job_pods, namespace, name):
-        await asyncio.to_thread(api.delete_pod, namespace, pod["metadata"]["name"])
-    Runtime.state.forget((namespace, name))
+    try:
+        for pod in await asyncio.to_thread(api.list_job_pods, namespace, name):
+            await asyncio.to_thread(api.delete_pod, namespace, pod["metadata"]["name"])
+    except Exception as exc:  # the garbage collector deletes them anyway (ownerReferences)
+        log.warning("pods of deleted job %s/%s left to garbage collection: %s", namespace, name, exc)
 
 
 # --- one job ------------------------------------------------------------------------------
@@ -300,10 +321,14 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
 
 
 async def reconcile_job(key: Key) -> None:
+    if key in Runtime.queued:
+        return  # the reconcile already waiting will see this change too
+    Runtime.queued.add(key)
     lock = Runtime.locks.setdefault(key, asyncio.Lock())
     acts: Actions | None = None
     admission: Admission | None = None
     async with lock:
+        Runtime.queued.discard(key)
         state = Runtime.state
         body = state.job(key)
         if not state.leader or body is None or body["metadata"].get("deletionTimestamp"):
@@ -321,7 +346,14 @@ async def reconcile_job(key: Key) -> None:
                 return  # a new job: the admission loop reconciles it once it has decided
             now = datetime.now(UTC).replace(tzinfo=None)
             acts = reconcile(
-                body, pods, state.snapshot, current_config(), now, admission, state.priorities
+                body,
+                pods,
+                state.snapshot,
+                current_config(),
+                now,
+                admission,
+                state.priorities,
+                fleet=state.fleet,
             )
             await _apply(key[0], key[1], body, acts)
             state.failures.pop(key, None)
@@ -360,7 +392,7 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     assert api is not None
     with contextlib.suppress(Exception):
         for pod in state.job_pods(key, body["metadata"].get("uid")):
-            state.inflight.pop((key[0], pod["metadata"]["name"]), None)
+            state.drop_created(key[0], pod["metadata"]["name"])
             await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
         now = datetime.now(UTC).replace(tzinfo=None)
         status, events = rejected_status(body, failure.message, now)
@@ -401,10 +433,13 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     assert api is not None
     state = Runtime.state
     for gone in acts.delete_pods:
-        state.inflight.pop((ns, gone), None)
+        state.drop_created(ns, gone)
     await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
     await _create(ns, name, body, acts)
-    release = state.to_release(ns, acts.ungate, time.monotonic())
+    ungate = list(acts.ungate)
+    if acts.release_created:  # the whole gang exists now: release it without a round trip
+        ungate += [o["metadata"]["name"] for o in acts.create if o["kind"] == "Pod"]
+    release = state.to_release(ns, ungate, time.monotonic())
     await asyncio.gather(
         *(
             _write(f"Pod {p} (release)", api.ungate_pod, ns, p, acts.keep_gates.get(p, []))

@@ -141,6 +141,7 @@ class ShellState:
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
     inflight_ttl: float = 600.0
     _inflight_at: dict[Key, float] = field(default_factory=dict)
+    _inflight_of: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))  # job -> pods
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
     released: dict[Key, float] = field(default_factory=dict)  # pod -> when (monotonic)
@@ -161,6 +162,8 @@ class ShellState:
     _snapshot_revision: int = -1
     node_revision: int = 0  # bumped when a node is added, changed or removed
     _snapshot_nodes: int = -1
+    _fleet: Snapshot | None = None
+    _fleet_revision: int = -1
 
     # --- change tracking ---------------------------------------------------------------
     def touch(self) -> None:
@@ -185,11 +188,12 @@ class ShellState:
         return True
 
     # --- nodes ---------------------------------------------------------------------------
-    def upsert_node(self, body: Mapping[str, Any]) -> None:
+    def upsert_node(self, body: Mapping[str, Any]) -> bool:
+        """Store a node; False when nothing trainop reads changed (heartbeats and such)."""
         slim = slim_node(body)
         name = str(slim["metadata"]["name"])
         if self.node_bodies.get(name) == slim:
-            return  # heartbeats and the like: nothing placement reads changed
+            return False
         self.node_bodies[name] = slim
         self.nodes[name] = node_info(slim, levels=self.levels)
         self.node_revision += 1
@@ -197,6 +201,7 @@ class ShellState:
         self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
         self.hostnames.setdefault(hostname, name)
         self.touch()
+        return True
 
     def remove_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
@@ -212,8 +217,7 @@ class ShellState:
         key = (str(meta.get("namespace")), str(meta.get("name")))
         old_gpus = self.pod_gpus.get(key)
         self.pods[key] = slim
-        self.inflight.pop(key, None)
-        self._inflight_at.pop(key, None)
+        self._pop_inflight(key)
         if key in self.released and not _gated(slim):
             self.released.pop(key, None)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
@@ -265,11 +269,7 @@ class ShellState:
         the ones we created that the watch has not shown yet."""
         out = []
         names = set(self.pods_of_job.get(key, ()))
-        names.update(
-            n
-            for (ns, n), p in self.inflight.items()
-            if ns == key[0] and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == key[1]
-        )
+        names.update(self._inflight_of.get(key, ()))
         for name in sorted(names):
             pod = self.pods.get((key[0], name)) or self.inflight.get((key[0], name))
             if pod is None:
@@ -373,6 +373,23 @@ class ShellState:
         if key not in self.pods:
             self.inflight[key] = slim_pod(pod)
             self._inflight_at[key] = now
+            job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+            if job:
+                self._inflight_of[(key[0], job)].add(key[1])
+
+    def _pop_inflight(self, pod_key: Key) -> None:
+        pod = self.inflight.pop(pod_key, None)
+        self._inflight_at.pop(pod_key, None)
+        job = ((pod or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_JOB_NAME)
+        names = self._inflight_of.get((pod_key[0], job or ""))
+        if names is not None:
+            names.discard(pod_key[1])
+            if not names:
+                del self._inflight_of[(pod_key[0], job or "")]
+
+    def drop_created(self, namespace: str, name: str) -> None:
+        """A pod we created and then deleted before the watch showed it."""
+        self._pop_inflight((namespace, name))
 
     def forget(self, key: Key) -> None:
         """Drop an assumption (the create failed, or the job went away): GPUs free again."""
@@ -381,13 +398,8 @@ class ShellState:
             self.touch()
 
     def _drop_inflight(self, key: Key) -> None:
-        for pod_key in [
-            k
-            for k, p in self.inflight.items()
-            if k[0] == key[0]
-            and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME) == key[1]
-        ]:
-            del self.inflight[pod_key]
+        for name in list(self._inflight_of.get(key, ())):
+            self._pop_inflight((key[0], name))
 
     def expire(self, now: float) -> list[Key]:
         """Forget assumptions older than `assume_ttl` (the gang was never created) and
@@ -398,8 +410,7 @@ class ShellState:
             if self.assumed.pop(key, None) is not None:
                 self.touch()
         for pod_key in [k for k, t in self._inflight_at.items() if t + self.inflight_ttl <= now]:
-            self.inflight.pop(pod_key, None)
-            self._inflight_at.pop(pod_key, None)
+            self._pop_inflight(pod_key)
             self.touch()
         return stale
 
@@ -464,6 +475,28 @@ class ShellState:
         self._snapshot, self._snapshot_revision = snapshot, self.revision
         self._snapshot_nodes = self.node_revision
         return snapshot
+
+    def fleet(self) -> Snapshot:
+        """The nodes as they are, their GPU use NOT counted: what a running gang's checks
+        read (is my node still there, Ready, with its GPUs). Rebuilt only when a node
+        changed, where `snapshot()` is rebuilt on every pod that starts or ends."""
+        if self._fleet is None or self._fleet_revision != self.node_revision:
+            self._fleet = Snapshot(nodes=tuple(self.nodes.values()), levels=self.levels)
+            self._fleet_revision = self.node_revision
+        return self._fleet
+
+    def jobs_on_node(self, name: str) -> list[Key]:
+        """Jobs with a pod bound or pinned to node `name` (its change may end their gang)."""
+        hostnames = {h for h, n in self.hostnames.items() if n == name}
+        out: set[Key] = set()
+        for (ns, pod_name), (kind, value, _) in self.pod_gpus.items():
+            if value == name if kind == BY_NAME else value in hostnames:
+                job = (self.pods[(ns, pod_name)]["metadata"].get("labels") or {}).get(
+                    c.LABEL_JOB_NAME
+                )
+                if job and (ns, job) in self.jobs:
+                    out.add((ns, job))
+        return sorted(out)
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:

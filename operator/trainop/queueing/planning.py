@@ -8,6 +8,8 @@ planner itself, what admission admits is exactly what the operator creates and
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,12 +92,15 @@ class PlannerPlacer:
         """The gang alone on the empty fleet, for Preferred gangs only. It depends on the
         nodes, not on their use, so the snapshot keeps it (a "static" memo) across the
         what-if copies of a cycle and across cycles while no node changes."""
-        placement = (body.get("spec") or {}).get("placement") or {}
+        spec = body.get("spec") or {}
+        placement = spec.get("placement") or {}
         if placement.get("mode", "Preferred") != "Preferred":
             return None
-        products = tuple(placement.get("gpuProducts") or ())
+        # Keyed by the spec, not the job: only the estimate (`allreduce`) of the ideal is
+        # read, and it is the same for every job of one shape (a burst has few shapes).
+        shape = json.dumps(spec, sort_keys=True, default=str)
         found: Placement | None = snapshot.memo(
-            ("static", "ideal", key, products, id(self.config)),
+            ("static", "ideal", shape, id(self.config)),
             lambda: ideal_placement(body, snapshot, self.config),
         )
         return found
