@@ -1625,7 +1625,9 @@ def test_a_failing_node_restarts_the_whole_gang_without_counting(
     ("change", "requeue"),
     [
         pytest.param(None, None, id="healthy-nodes-nothing-to-poll"),
-        pytest.param(_not_ready(10), CONFIG.node_lost_seconds - 10, id="not-ready-look-at-grace-end"),
+        pytest.param(
+            _not_ready(10), CONFIG.node_lost_seconds - 10, id="not-ready-look-at-grace-end"
+        ),
     ],
 )
 def test_a_running_gang_is_looked_at_again_only_when_a_grace_ends(

@@ -283,7 +283,9 @@ async def _delete_pods(namespace: str, name: str) -> None:
         for pod in await asyncio.to_thread(api.list_job_pods, namespace, name):
             await asyncio.to_thread(api.delete_pod, namespace, pod["metadata"]["name"])
     except Exception as exc:  # the garbage collector deletes them anyway (ownerReferences)
-        log.warning("pods of deleted job %s/%s left to garbage collection: %s", namespace, name, exc)
+        log.warning(
+            "pods of deleted job %s/%s left to garbage collection: %s", namespace, name, exc
+        )
 
 
 # --- one job ------------------------------------------------------------------------------

@@ -141,7 +141,9 @@ class ShellState:
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
     inflight_ttl: float = 600.0
     _inflight_at: dict[Key, float] = field(default_factory=dict)
-    _inflight_of: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))  # job -> pods
+    _inflight_of: dict[Key, set[str]] = field(
+        default_factory=lambda: defaultdict(set)
+    )  # job -> pods
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
     released: dict[Key, float] = field(default_factory=dict)  # pod -> when (monotonic)

@@ -9,7 +9,6 @@ planner itself, what admission admits is exactly what the operator creates and
 from __future__ import annotations
 
 import json
-
 from collections.abc import Mapping
 from typing import Any
 
