@@ -7,8 +7,9 @@ what the operator creates.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,7 +39,14 @@ from trainop.eligibility import (
     constraints_of,
 )
 from trainop.inventory import NodeInfo, Snapshot
-from trainop.manifests import JobRef, PodPlan, build_config_map, build_pod, build_service
+from trainop.manifests import (
+    JobRef,
+    PodPlan,
+    build_config_map,
+    build_pod,
+    build_service,
+    pod_name,
+)
 from trainop.nccl import FabricMismatch, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
 
@@ -124,7 +132,11 @@ class Plan:
 
     image: ImageChoice
     placement: Placement
-    pods: tuple[dict[str, Any], ...]
+    # The pod manifests, built on first use: the admission cycle decides on the placement
+    # and the image, and only the job's reconcile needs the manifests (a 32-pod gang takes
+    # tens of ms to render, time every other pending job of the cycle would wait for).
+    # Two plans with the same image and placement are equal; the factory is not compared.
+    build_pods: Callable[[], tuple[dict[str, Any], ...]] = field(compare=False, repr=False)
     service: dict[str, Any]
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
@@ -132,6 +144,19 @@ class Plan:
     compatibility: str | None = None  # status.compatibility: Native | ForwardCompat | ...
     image_tried: tuple[str, ...] = ()  # status.imageTried: releases tried, in order
     gpu_resource: str = c.RESOURCE_GPU  # what each GPU pod requests (nvidia.com/mig-<p>: MIG)
+    job: str = ""  # the TrainingJob's name (pod names derive from it)
+
+    def pinned(self) -> dict[str, tuple[str, int]]:
+        """Pod name -> (node, GPUs) of each pod pinned to a node, without building the pods."""
+        return {
+            pod_name(self.job, a.role, a.index): (a.node, a.gpus)
+            for a in self.placement.assignments
+            if a.node is not None and a.gpus
+        }
+
+    @cached_property
+    def pods(self) -> tuple[dict[str, Any], ...]:
+        return self.build_pods()
 
     @property
     def objects(self) -> list[dict[str, Any]]:
@@ -441,7 +466,7 @@ def build_plan(
             )
         )
 
-    pods = []
+    pod_plans: list[PodPlan] = []
     all_ports: set[int] = set()
     for a in placement.assignments:
         env = dict(wiring.env.get((a.role, a.index), {}))
@@ -495,42 +520,67 @@ def build_plan(
             mount_config=cm_name is not None,
             ssh_secret=ssh_secret,
         )
-        pods.append(
+        pod_plans.append(plan)
+    gpu_roles = [
+        (role, spec.replica_specs[role].gpus)
+        for role in sorted({a.role for a in placement.assignments if a.gpus})
+    ]
+    claim_templates = (
+        [  # DRA: one template per GPU role; pods then hold GPUs/NICs by claim
+            claim_template(ref, role, gpus, config.dra) for role, gpus in gpu_roles
+        ]
+        if config.dra.enabled
+        else []
+    )
+
+    def build_pods() -> tuple[dict[str, Any], ...]:
+        pods = [
             build_pod(
                 ref,
                 plan,
-                spec.replica_specs[a.role].template,
+                spec.replica_specs[plan.role].template,
                 gang_generation=gang_generation,
                 priority_class_name=spec.priority_class_name,
                 gated=gated,
                 config_map=cm_name,
             )
-        )
-    claim_templates: list[dict[str, Any]] = []
-    if config.dra.enabled:  # one template per GPU role; pods then hold GPUs/NICs by claim
-        for role in sorted({a.role for a in placement.assignments if a.gpus}):
-            gpus = spec.replica_specs[role].gpus
-            claim_templates.append(claim_template(ref, role, gpus, config.dra))
-            pods = [
-                use_claim(p, ref.name, role, gpus) if _role_label(p) == role.lower() else p
-                for p in pods
-            ]
-    if config.external_queue == "kueue":
-        for pod in pods:  # one Kueue workload for the whole gang
-            pod["metadata"]["labels"][KUEUE_GROUP_LABEL] = ref.name
-            pod["metadata"]["annotations"][KUEUE_GROUP_COUNT] = str(len(pods))
-            if spec.queue:
-                pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = spec.queue
+            for plan in pod_plans
+        ]
+        return _for_dra_and_kueue(pods, ref, spec, config, gpu_roles)
+
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
         claim_templates=tuple(claim_templates),
         image=choice,
         placement=placement,
-        pods=tuple(pods),
+        job=ref.name,
+        build_pods=build_pods,
         service=build_service(ref, sorted(all_ports)),
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _for_dra_and_kueue(
+    pods: list[dict[str, Any]],
+    ref: JobRef,
+    spec: TrainingJobSpec,
+    config: OperatorConfig,
+    gpu_roles: list[tuple[str, int]],
+) -> tuple[dict[str, Any], ...]:
+    """DRA: GPU pods hold their GPUs and NICs by claim. Kueue: one workload for the gang."""
+    for role, gpus in gpu_roles if config.dra.enabled else ():
+        pods = [
+            use_claim(p, ref.name, role, gpus) if _role_label(p) == role.lower() else p
+            for p in pods
+        ]
+    if config.external_queue == "kueue":
+        for pod in pods:
+            pod["metadata"]["labels"][KUEUE_GROUP_LABEL] = ref.name
+            pod["metadata"]["annotations"][KUEUE_GROUP_COUNT] = str(len(pods))
+            if spec.queue:
+                pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = spec.queue
+    return tuple(pods)
 
 
 def _role_label(pod: Mapping[str, Any]) -> str:

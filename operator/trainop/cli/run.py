@@ -91,6 +91,10 @@ def run(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if not verbose:
+        # kopf logs "Handler ... succeeded." for every pod and job event: thousands of lines
+        # a minute in a burst, and CPU. Its warnings and errors still show; --verbose shows all.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     load_kube_config(kubeconfig)
     config = OperatorConfig()
     if config_path:

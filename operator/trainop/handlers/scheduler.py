@@ -85,21 +85,7 @@ def _backoff_left(body: Mapping[str, Any], config: OperatorConfig, now: datetime
 
 def plan_pods(plan: Plan) -> dict[str, tuple[str, str, int]]:
     """Pod name -> (BY_NAME, node, GPUs) of a plan's pinned pods: what an assumption holds."""
-    out: dict[str, tuple[str, str, int]] = {}
-    by_index = {(a.role.lower(), a.index): a for a in plan.placement.assignments}
-    for pod in plan.pods:
-        labels = pod["metadata"]["labels"]
-        a = by_index.get((labels.get("trainop.dev/replica-type", ""), _int(labels)))
-        if a is not None and a.node is not None and a.gpus:
-            out[pod["metadata"]["name"]] = (BY_NAME, a.node, a.gpus)
-    return out
-
-
-def _int(labels: Mapping[str, str]) -> int:
-    try:
-        return int(labels.get("trainop.dev/replica-index", "-1"))
-    except ValueError:
-        return -1
+    return {name: (BY_NAME, node, gpus) for name, (node, gpus) in plan.pinned().items()}
 
 
 def _backfill_moments(

@@ -154,9 +154,10 @@ class _Tree:
             cached = self._slots[key] = sum(f // size for f in dom.frees)
         return cached
 
-    def can_take(self, dom: _Dom, reps: Sequence[_Rep]) -> bool:
-        """Necessary (and for one replica size sufficient) test on an untouched domain."""
-        if dom.free < sum(g for g, _ in reps):
+    def can_take(self, dom: _Dom, reps: Sequence[_Rep], need: int | None = None) -> bool:
+        """Necessary (and for one replica size sufficient) test on an untouched domain;
+        `need`: the GPUs of `reps`, when the caller has summed them already."""
+        if dom.free < (sum(g for g, _ in reps) if need is None else need):
             return False
         if dom.node is not None:
             return True
@@ -210,7 +211,7 @@ class _Packer:
         pending = list(dom.children)
         while remaining and pending:
             need = sum(g for g, _ in remaining)
-            fitting = [c for c in pending if self.tree.can_take(c, remaining)]
+            fitting = [c for c in pending if self.tree.can_take(c, remaining, need)]
             fitting.sort(key=lambda c: (c.free - need, -c.image_nodes, c.order))
             for child in fitting:
                 mark = len(self.log)
@@ -474,7 +475,9 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
     packer = _Packer(tree)
     cost = request.cost or DEFAULT_COST
     for at, tier in enumerate(tiers[: last + 1]):
-        candidates = [d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps)]
+        candidates = [
+            d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps, gang.total)
+        ]
         candidates.sort(key=lambda d: (d.free - gang.total, -d.image_nodes, d.order))
         chosen = _cheapest(candidates, packer, gang, cost, names, priced=at > wanted_at)
         if chosen is not None:
