@@ -594,6 +594,9 @@ def run_deep(
 ) -> DeepResult:
     """Fill the fleet (2 gangs per 16-node rack), queue `queued` jobs behind it, measure the
     idle operator, then end a quarter of the fillers and time the admissions that follow."""
+    for old in client.core.list_namespace().items:  # an interrupted run's gangs hold GPUs
+        if old.metadata.name.startswith("bench-deep-"):
+            client.delete_namespace(old.metadata.name, wait=True)
     ns = f"bench-deep-{int(time.time()) % 100000}"  # a fresh one: an old run may still go away
     client.ensure_namespace(ns)
     watch = PhaseWatch(client, ns)
