@@ -330,3 +330,41 @@ def test_a_created_pod_deleted_before_the_watch_saw_it_is_gone_for_its_job() -> 
     state.forget(("team-a", "bert"))
     assert state.inflight == {}
     assert state.job_pods(("team-a", "bert"), uid_of("bert")) == []
+
+
+# --- full listings ---------------------------------------------------------------------------
+def test_a_start_up_listing_fills_the_state_of_every_kind() -> None:
+    state = ShellState()
+    state.load("nodes", fleet_nodes())
+    state.load("pods", [gpu_pod("busy", "h100-a-01", 8)])
+    state.load("trainingjobs", [new_job("bert")])
+    state.load("namespaces", [{"metadata": {"name": "team-a", "labels": {"tier": "gold"}}}])
+    state.load("priorityclasses", [{"metadata": {"name": "high"}, "value": 1000}])
+    state.load("trainingqueues", [{"metadata": {"name": "q"}, "spec": {}}])
+    state.load("fabricprofiles", [{"metadata": {"name": "bad"}, "spec": {"fabric": 7}}])
+    assert len(state.nodes) == len(fleet_nodes())
+    assert state.snapshot().node("h100-a-01").gpus_free == 0
+    assert list(state.jobs) == [("team-a", "bert")]
+    assert state.namespaces == {"team-a": {"tier": "gold"}}
+    assert state.priorities == {"high": 1000}
+    assert list(state.queues) == ["q"]
+    assert state.fabrics == {}  # an invalid profile is skipped, as the watch handler does
+    assert not state.synced  # the operator marks it once every kind is in
+
+
+def test_prune_forgets_only_what_the_listing_lacks_and_no_event_showed_since() -> None:
+    now = [0.0]
+    state = ShellState(clock=lambda: now[0])
+    state.load("nodes", fleet_nodes())
+    state.upsert_pod(gpu_pod("gone", "h100-a-01", 8))  # deleted while no watch looked
+    state.upsert_pod(gpu_pod("kept", "h100-a-02", 8))
+    now[0] = 10.0  # the listing begins
+    since = state.clock()
+    now[0] = 11.0
+    state.upsert_pod(gpu_pod("new", "h100-a-03", 8))  # created while it ran
+    listed = [gpu_pod("kept", "h100-a-02", 8)]
+    assert state.prune("pods", listed, since) == 1
+    assert sorted(n for _, n in state.pods) == ["kept", "new"]
+    assert state.snapshot().node("h100-a-01").gpus_free == 8
+    assert state.prune("nodes", fleet_nodes()[1:], since) == 1
+    assert fleet_nodes()[0]["metadata"]["name"] not in state.nodes

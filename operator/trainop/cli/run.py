@@ -118,6 +118,7 @@ def run(
 
         identity = f"{socket.gethostname()}-{os.getpid()}"
         handlers.Runtime.elector = Elector(lease_name, lease_namespace, identity)
+    handlers.Runtime.namespaces = list(namespaces)
     start_http_server(metrics_port)
     asyncio.run(
         kopf.operator(

@@ -5,10 +5,11 @@ Neighbours: `handlers.state.ShellState` holds everything this process knows (one
 pending gang is admitted; the pure `trainop.reconcile.reconcile` decides what one job needs
 next; `trainop.kube.client.KubeApi` carries it out.
 
-Watches: kopf index functions (called for every event, and all of them before any other
-handler runs, which is how the state is complete before the first decision) upsert into the
-state; event handlers remove deleted objects and, for pods and jobs, reconcile the job.
-A job's reconcile reads the admission loop's verdict for it and never runs admission itself.
+Watches: at start-up `configure` lists every watched kind in full into the state and only
+then marks it synced (no decision before that); kopf's event handlers then upsert or
+remove each object as the watches report it and, for pods, jobs and nodes, reconcile the
+jobs concerned. A job's reconcile reads the admission loop's verdict for it and never runs
+admission itself.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Runtime:
     elector: Elector | None = None  # set by `trainop run --leader-elect`
     renew_seconds: float = 2.0
     resync_seconds: float = 60.0
+    namespaces: list[str] = []  # `trainop run --namespace`; empty: cluster-wide
     stopping: bool = False
     locks: dict[Key, asyncio.Lock] = {}
     # Jobs with a reconcile waiting for their lock: a later request for one of them is
@@ -127,6 +129,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
     _spawn(Runtime.loop.run())
     _spawn(_resync_forever())
+    await _list_everything(Runtime.namespaces)  # before kopf starts its watches
     if Runtime.elector is not None:
         _spawn(_lead(Runtime.elector))
 
@@ -166,98 +169,129 @@ def _spawn(coro: Any) -> None:
 
 
 # --- watches -> state ---------------------------------------------------------------------
-# Every handler that touches the state is `async`: kopf runs those on the event loop, where
-# the admission loop and the reconciles run too, so the state is only ever changed from one
-# thread (kopf runs plain `def` handlers in a thread pool).
-@kopf.index("nodes")
-async def node_index(body: kopf.Body, **_: Any) -> None:
-    """A node that changed may end the gangs on it (NotReady, GPUs lost): they are looked
-    at now, not at the next resync."""
-    state = Runtime.state
-    if state.upsert_node(body) and state.synced:
-        for key in state.jobs_on_node(body["metadata"]["name"]):
-            _spawn(reconcile_job(key))
+# The start-up listing (`_list_everything`, from `configure`, before kopf starts watching)
+# fills the state and marks it synced; from then on every watch event upserts or removes.
+# Not kopf indexes: kopf holds each object of an indexed kind back until every object of
+# every indexed kind is in, waking all waiters on each one, which is quadratic in the
+# objects listed (minutes at 10,000 pods). Every handler that touches the state is
+# `async`: kopf runs those on the event loop, where the admission loop and the reconciles
+# run too, so the state is only ever changed from one thread.
+KINDS = (
+    "nodes",
+    "pods",
+    "trainingjobs",
+    "trainingqueues",
+    "namespaces",
+    "priorityclasses",
+    "fabricprofiles",
+)
 
 
-@kopf.index("pods")
-async def pod_index(body: kopf.Body, **_: Any) -> None:
-    Runtime.state.upsert_pod(body)
+async def _list_everything(namespaces: list[str]) -> None:
+    """Fill the state from a full listing of every watched kind, then let the loop decide."""
+    api = Runtime.api
+    assert api is not None
+    for kind in KINDS:
+        items = await asyncio.to_thread(api.list_all, kind, namespaces)
+        Runtime.state.load(kind, items)
+        log.info("start-up listing: %d %s", len(items), kind)
+    Runtime.state.mark_synced()
 
 
-@kopf.index(JOBS)
-async def job_index(body: kopf.Body, **_: Any) -> None:
-    Runtime.state.upsert_job(body)
+async def _prune(namespaces: list[str]) -> None:
+    """Drop pods, nodes and jobs a fresh listing no longer holds (see ShellState.prune)."""
+    api = Runtime.api
+    assert api is not None
+    for kind in ("pods", "nodes", "trainingjobs"):
+        since = Runtime.state.clock()
+        items = await asyncio.to_thread(api.list_all, kind, namespaces)
+        gone = Runtime.state.prune(kind, items, since)
+        if gone:
+            log.info("%d %s were gone without a watch event; forgotten", gone, kind)
 
 
-@kopf.index(QUEUES)
-async def queue_index(body: kopf.Body, **_: Any) -> None:
-    Runtime.state.upsert_queue(body)
-
-
-@kopf.index("namespaces")
-async def namespace_index(name: str, labels: Mapping[str, str], **_: Any) -> None:
-    Runtime.state.upsert_namespace(name, labels)
-
-
-@kopf.index("priorityclasses.scheduling.k8s.io")
-async def priority_index(name: str, body: kopf.Body, **_: Any) -> None:
-    Runtime.state.upsert_priority(name, int(body.get("value") or 0))
-
-
-@kopf.index("fabricprofiles.trainop.dev")
-async def fabric_index(name: str, spec: kopf.Spec, logger: Any, **_: Any) -> None:
-    """FabricProfile custom resources, validated once here; a bad one is skipped with a log line."""
-    try:
-        Runtime.state.upsert_fabric(
-            FabricProfile(name=name, spec=FabricProfileSpec.model_validate(dict(spec)))
-        )
-    except ValidationError as exc:
-        logger.warning("FabricProfile %s ignored: %s", name, exc.errors()[0]["msg"])
-        Runtime.state.remove_fabric(name)
-
-
-def _deleted(event: kopf.RawEvent) -> bool:
-    Runtime.state.mark_synced()  # kopf runs event handlers only once every list is in
-    return event.get("type") == "DELETED"
-
-
-def _remover(remove: Callable[[ShellState, str], None]) -> Callable[..., Any]:
-    async def on_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-        if _deleted(event):
+def _mirror(upsert: Callable[[ShellState, kopf.Body], Any], remove: Callable[..., None]) -> Any:
+    async def on_event(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
             remove(Runtime.state, name)
+        else:
+            upsert(Runtime.state, body)
 
     return on_event
 
 
-# Cluster-scoped kinds whose deletion only needs to leave the state (upserts: the indexes).
-for _resource, _remove in (
-    ("nodes", ShellState.remove_node),
-    (QUEUES, ShellState.remove_queue),
-    ("namespaces", ShellState.remove_namespace),
-    ("priorityclasses.scheduling.k8s.io", ShellState.remove_priority),
-    ("fabricprofiles.trainop.dev", ShellState.remove_fabric),
+def _upsert_fabric(state: ShellState, body: kopf.Body) -> None:
+    """FabricProfile custom resources, validated once here; a bad one is skipped with a log line."""
+    name = body["metadata"]["name"]
+    try:
+        spec = FabricProfileSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as exc:
+        log.warning("FabricProfile %s ignored: %s", name, exc.errors()[0]["msg"])
+        state.remove_fabric(name)
+        return
+    state.upsert_fabric(FabricProfile(name=name, spec=spec))
+
+
+# Cluster-scoped kinds that only feed the state.
+for _resource, _upsert, _remove in (
+    (QUEUES, ShellState.upsert_queue, ShellState.remove_queue),
+    (
+        "namespaces",
+        lambda s, b: s.upsert_namespace(b["metadata"]["name"], b["metadata"].get("labels") or {}),
+        ShellState.remove_namespace,
+    ),
+    (
+        "priorityclasses.scheduling.k8s.io",
+        lambda s, b: s.upsert_priority(b["metadata"]["name"], int(b.get("value") or 0)),
+        ShellState.remove_priority,
+    ),
+    ("fabricprofiles.trainop.dev", _upsert_fabric, ShellState.remove_fabric),
 ):
-    kopf.on.event(_resource, id=f"forget_{_resource.split('.')[0]}")(_remover(_remove))
+    kopf.on.event(_resource, id=f"mirror_{_resource.split('.')[0]}")(_mirror(_upsert, _remove))
+
+
+@kopf.on.event("nodes")
+async def on_node_event(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+    """A node that changed may end the gangs on it (NotReady, GPUs lost): they are looked
+    at now, not at the next resync."""
+    state = Runtime.state
+    if event.get("type") == "DELETED":
+        jobs = state.jobs_on_node(name)
+        state.remove_node(name)
+    else:
+        jobs = state.jobs_on_node(name) if state.upsert_node(body) else []
+    for key in jobs if state.synced else ():
+        _spawn(reconcile_job(key))
 
 
 @kopf.on.event("pods")
 async def on_pod_event(
-    event: kopf.RawEvent, namespace: str, name: str, labels: Mapping[str, str], **_: Any
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    **_: Any,
 ) -> None:
-    if _deleted(event):
+    if event.get("type") == "DELETED":
         Runtime.state.remove_pod(namespace, name)
+    else:
+        Runtime.state.upsert_pod(body)
     job = labels.get(c.LABEL_JOB_NAME)
     if job and (namespace, job) in Runtime.state.jobs:
         await reconcile_job((namespace, job))
 
 
 @kopf.on.event(JOBS)
-async def on_job_event(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
-    if _deleted(event):
+async def on_job_event(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
+) -> None:
+    if event.get("type") == "DELETED":
         Runtime.state.remove_job(namespace, name)
         if Runtime.state.leader:
             _spawn(_delete_pods(namespace, name))
         return
+    Runtime.state.upsert_job(body)
     await reconcile_job((namespace, name))
 
 
@@ -266,8 +300,15 @@ async def _resync_forever() -> None:
     every `resync_seconds`, each such job is reconciled once. trainop's own loop, not a
     kopf timer: a kopf timer makes kopf put a finalizer on every TrainingJob (two more
     writes per job, and deletions that hang while the operator is away)."""
+    next_prune = time.monotonic() + Runtime.resync_seconds
     while not Runtime.stopping:
         await asyncio.sleep(Runtime.resync_seconds)
+        if time.monotonic() >= next_prune:  # a minute after start-up, then every 10 minutes
+            next_prune = time.monotonic() + 600.0
+            try:
+                await _prune(Runtime.namespaces)
+            except Exception as exc:  # the next round tries again
+                log.warning("listing to prune vanished objects failed: %s", exc)
         state = Runtime.state
         for key in sorted(state.jobs):
             body = state.job(key)

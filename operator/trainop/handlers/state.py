@@ -25,13 +25,14 @@ rebuilt only when the revision moved, and reuses every NodeInfo whose usage did 
 from __future__ import annotations
 
 import copy
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.fabricprofile import FabricProfile
+from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_NAME
 
@@ -166,6 +167,10 @@ class ShellState:
     _snapshot_nodes: int = -1
     _fleet: Snapshot | None = None
     _fleet_revision: int = -1
+    # When each pod, node and job was last upserted (monotonic): `prune` drops the ones a
+    # later full listing no longer holds (deleted while no watch was there to say so).
+    _seen: dict[tuple[str, Any], float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
 
     # --- change tracking ---------------------------------------------------------------
     def touch(self) -> None:
@@ -194,6 +199,7 @@ class ShellState:
         """Store a node; False when nothing trainop reads changed (heartbeats and such)."""
         slim = slim_node(body)
         name = str(slim["metadata"]["name"])
+        self._seen[("nodes", name)] = self.clock()
         if self.node_bodies.get(name) == slim:
             return False
         self.node_bodies[name] = slim
@@ -217,6 +223,7 @@ class ShellState:
         slim = slim_pod(body)
         meta = slim["metadata"]
         key = (str(meta.get("namespace")), str(meta.get("name")))
+        self._seen[("pods", key)] = self.clock()
         old_gpus = self.pod_gpus.get(key)
         self.pods[key] = slim
         self._pop_inflight(key)
@@ -284,6 +291,7 @@ class ShellState:
     # --- jobs and the small kinds ----------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> None:
         key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
+        self._seen[("trainingjobs", key)] = self.clock()
         old = self.jobs.get(key)
         self.jobs[key] = _slim_job(body)
         if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
@@ -358,6 +366,34 @@ class ShellState:
     def remove_fabric(self, name: str) -> None:
         if self.fabrics.pop(name, None) is not None:
             self.touch()
+
+    # --- full listings -------------------------------------------------------------------
+    def load(self, kind: str, items: Iterable[Mapping[str, Any]]) -> None:
+        """Every object of a kind from a full listing (start-up, before any decision)."""
+        for body in items:
+            _LOADERS[kind](self, body)
+
+    def prune(self, kind: str, listed: Iterable[Mapping[str, Any]], since: float) -> int:
+        """Forget the pods, nodes or jobs that a listing begun at `since` no longer holds
+        and that no event has shown since: deleted while no watch was there to say so
+        (between the start-up listing and the watch's own, or across a watch gap). Only
+        objects last seen before `since` go, so one created during the listing stays.
+        Returns how many went."""
+        present = {_list_key(kind, b) for b in listed}
+        gone = [
+            key
+            for (k, key), seen in self._seen.items()
+            if k == kind and seen < since and key not in present
+        ]
+        for key in gone:
+            self._seen.pop((kind, key), None)
+            if kind == "pods":
+                self.remove_pod(*key)
+            elif kind == "nodes":
+                self.remove_node(key)
+            else:
+                self.remove_job(*key)
+        return len(gone)
 
     # --- assume / forget -----------------------------------------------------------------
     def assume(self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
@@ -499,6 +535,39 @@ class ShellState:
                 if job and (ns, job) in self.jobs:
                     out.add((ns, job))
         return sorted(out)
+
+
+def _list_key(kind: str, body: Mapping[str, Any]) -> Any:
+    meta = body.get("metadata") or {}
+    if kind == "nodes":
+        return str(meta.get("name"))
+    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
+def _load_fabric(state: ShellState, body: Mapping[str, Any]) -> None:
+    from pydantic import ValidationError
+
+    try:
+        spec = FabricProfileSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError:
+        return  # the event handler logs it when the watch shows it
+    state.upsert_fabric(FabricProfile(name=body["metadata"]["name"], spec=spec))
+
+
+# kind (as `KubeApi.list_all` names it) -> how one listed object enters the state
+_LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
+    "nodes": ShellState.upsert_node,
+    "pods": ShellState.upsert_pod,
+    "trainingjobs": ShellState.upsert_job,
+    "trainingqueues": ShellState.upsert_queue,
+    "namespaces": lambda s, b: s.upsert_namespace(
+        b["metadata"]["name"], (b["metadata"].get("labels") or {})
+    ),
+    "priorityclasses": lambda s, b: s.upsert_priority(
+        b["metadata"]["name"], int(b.get("value") or 0)
+    ),
+    "fabricprofiles": _load_fabric,
+}
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:

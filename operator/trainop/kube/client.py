@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -202,7 +203,67 @@ class KubeApi:
             if exc.status not in (403, 404):  # namespace going away: nothing to tell
                 raise
 
+    def list_all(self, kind: str, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every object of a watched kind as plain dicts (raw JSON, paged by 500): the start-up
+        listing that fills the shell state before the first decision. `namespaces` limits
+        the namespaced kinds, as `trainop run --namespace` limits the watches."""
+        if kind in _CUSTOM:
+            return self._list_custom(*_CUSTOM[kind], namespaces)
+        calls = _core_lists(self.core, client.SchedulingV1Api(self.core.api_client))
+        cluster, namespaced = calls[kind]
+        if namespaced is None or not namespaces:
+            return _paged(cluster)
+        return [item for ns in namespaces for item in _paged(namespaced, ns)]
+
+    def _list_custom(
+        self, plural: str, namespaced: bool, namespaces: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        group, version = c.GROUP, c.VERSION
+        if not namespaced or not namespaces:
+            found = cast(
+                dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural)
+            )
+            return list(found.get("items") or [])
+        out: list[dict[str, Any]] = []
+        for ns in namespaces:
+            page = self.custom.list_namespaced_custom_object(group, version, ns, plural)
+            out.extend(cast(dict[str, Any], page).get("items") or [])
+        return out
+
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Used only on deletion (cold path): the pods labelled for this job."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB_NAME}={name}")
         return [client.ApiClient().sanitize_for_serialization(p) for p in pods.items]
+
+
+# kind -> (plural, namespaced) of trainop's own kinds; the rest are core/scheduling kinds.
+_CUSTOM = {
+    "trainingjobs": ("trainingjobs", True),
+    "trainingqueues": ("trainingqueues", False),
+    "fabricprofiles": ("fabricprofiles", False),
+}
+
+
+def _core_lists(core: client.CoreV1Api, scheduling: client.SchedulingV1Api) -> dict[str, Any]:
+    """kind -> (cluster-wide list call, per-namespace list call or None)."""
+    return {
+        "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
+        "nodes": (core.list_node, None),
+        "namespaces": (core.list_namespace, None),
+        "priorityclasses": (scheduling.list_priority_class, None),
+    }
+
+
+def _paged(call: Any, *args: Any) -> list[dict[str, Any]]:
+    """All items of a list call, 500 at a time, parsed from the raw JSON (no models)."""
+    out: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        page = json.loads(call(*args, **kwargs).data)
+        out.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return out
