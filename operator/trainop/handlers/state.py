@@ -92,11 +92,19 @@ def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
             },
             "status": {
                 k: status.get(k)
-                for k in ("allocatable", "capacity", "conditions", "images")
+                for k in ("allocatable", "capacity", "images")
                 if status.get(k) is not None
-            },
+            }
+            | {"conditions": [_no_heartbeat(cd) for cd in status.get("conditions") or []]},
         }
     )
+
+
+def _no_heartbeat(condition: Mapping[str, Any]) -> dict[str, Any]:
+    """A node condition without lastHeartbeatTime: a kubelet's periodic status update
+    changes only that, and must not count as a change of the node (a new cycle, every
+    memo of the fleet thrown away)."""
+    return {k: v for k, v in condition.items() if k != "lastHeartbeatTime"}
 
 
 def _rv(body: Mapping[str, Any] | None) -> int:

@@ -45,6 +45,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 
 from trainop.api.constants import LABEL_GPU_CLIQUE, RESOURCE_GPU
 from trainop.inventory import UNLABELLED, FrozenMap, NodeInfo, Snapshot, TopologyPath
@@ -91,27 +92,30 @@ def _domain_name(path: TopologyPath) -> str:
 
 
 class _Dom:
-    """A node of the placement tree; leaves carry a node. Aggregates use the snapshot's free
-    counts, which stay valid for a domain until the packer first touches it."""
+    """A node of the placement tree's skeleton; leaves carry a node (for its name, product
+    and topology: its free GPUs are the snapshot's, read through `_Tree`). `lo:hi` is the
+    domain's range of leaves in depth-first order, so its sums are prefix-sum differences."""
 
-    __slots__ = ("children", "free", "frees", "image_nodes", "leaf_only", "node", "order", "path")
+    __slots__ = ("children", "hi", "leaf_only", "lo", "node", "order", "path")
 
     def __init__(self, path: TopologyPath, node: NodeInfo | None = None) -> None:
         self.path = path
         self.node = node
         self.children: list[_Dom] = []
-        self.free = node.gpus_free if node else 0
-        self.frees: list[int] = []
-        self.image_nodes = 0
         self.leaf_only = False
+        self.lo = self.hi = 0
         self.order: tuple[TopologyPath, str] = (path, node.name if node else "")
 
 
-class _Tree:
+class _Skeleton:
+    """The topology of a set of eligible nodes: built once per eligible set and image and
+    kept across the snapshots of a cycle and across cycles while no node changes, where the
+    tree used to be rebuilt for every candidate placement."""
+
     def __init__(self, nodes: Sequence[NodeInfo], image: str | None, names: dict[str, str]):
         self.root = _Dom(())
         self.by_tier: dict[str, list[_Dom]] = defaultdict(list)
-        self.image_of: dict[str, bool] = {}
+        self.image_of = {n.name: n.has_image(image) for n in nodes}
         index: dict[TopologyPath, _Dom] = {(): self.root}
         for node in nodes:
             parent = self.root
@@ -126,38 +130,83 @@ class _Tree:
             leaf = _Dom(node.topology, node)
             parent.children.append(leaf)
             self.by_tier[NODE].append(leaf)
-            self.image_of[node.name] = node.has_image(image)
         self.by_tier[CLUSTER].append(self.root)
-        self._aggregate(self.root)
+        self.leaves: list[_Dom] = []
+        self._number(self.root)
         for doms in self.by_tier.values():
             doms.sort(key=lambda d: d.order)
+        self.leaf_image = [self.image_of[d.node.name] for d in self.leaves if d.node]
+        self.products: dict[int, frozenset[str | None]] = {}
+
+    def _number(self, dom: _Dom) -> None:
+        dom.lo = len(self.leaves)
+        if dom.node is not None:
+            self.leaves.append(dom)
+        else:
+            dom.children.sort(key=lambda d: d.order)
+            for child in dom.children:
+                self._number(child)
+            dom.leaf_only = all(c.node is not None for c in dom.children)
+        dom.hi = len(self.leaves)
+
+    def products_of(self, dom: _Dom) -> frozenset[str | None]:
+        found = self.products.get(id(dom))
+        if found is None:
+            leaves = self.leaves[dom.lo : dom.hi]
+            found = self.products[id(dom)] = frozenset(d.node.gpu.product for d in leaves if d.node)
+        return found
+
+
+class _Tree:
+    """A snapshot's free GPUs over a skeleton. Per domain, free GPUs, nodes with free GPUs
+    and such nodes holding the image are prefix-sum differences (O(1)); only domains with
+    free GPUs count, as if the others were not there."""
+
+    def __init__(self, skeleton: _Skeleton, snapshot: Snapshot) -> None:
+        self.skeleton = skeleton
+        self.root, self.by_tier, self.image_of = skeleton.root, skeleton.by_tier, skeleton.image_of
+        self.nodes = [snapshot.node(d.node.name) for d in skeleton.leaves if d.node]
+        self.frees = [n.gpus_free for n in self.nodes]
+        self._free = [0, *accumulate(self.frees)]
+        self._live = [0, *accumulate(int(f > 0) for f in self.frees)]
+        self._image = [
+            0,
+            *accumulate(
+                int(f > 0 and i) for f, i in zip(self.frees, skeleton.leaf_image, strict=True)
+            ),
+        ]
         self._slots: dict[tuple[int, int], int] = {}
 
-    def _aggregate(self, dom: _Dom) -> None:
-        if dom.node is not None:
-            dom.frees = [dom.free]
-            dom.image_nodes = int(self.image_of[dom.node.name])
-            return
-        dom.children.sort(key=lambda d: d.order)
-        for child in dom.children:
-            self._aggregate(child)
-            dom.free += child.free
-            dom.frees.extend(child.frees)
-            dom.image_nodes += child.image_nodes
-        dom.leaf_only = all(c.node is not None for c in dom.children)
+    def free(self, dom: _Dom) -> int:
+        return self._free[dom.hi] - self._free[dom.lo]
+
+    def live(self, dom: _Dom) -> int:
+        """Nodes with free GPUs in the domain."""
+        return self._live[dom.hi] - self._live[dom.lo]
+
+    def image_nodes(self, dom: _Dom) -> int:
+        return self._image[dom.hi] - self._image[dom.lo]
+
+    def node(self, leaf: _Dom) -> NodeInfo:
+        """The snapshot's NodeInfo of a leaf (its current free GPUs)."""
+        return self.nodes[leaf.lo]
+
+    def with_free(self, tier: str) -> list[_Dom]:
+        """The tier's domains that have free GPUs, in topology order."""
+        return [d for d in self.by_tier.get(tier, ()) if self.free(d) > 0]
 
     def slots(self, dom: _Dom, size: int) -> int:
         """How many `size`-GPU replicas the untouched domain could host, node by node."""
         key = (id(dom), size)
         cached = self._slots.get(key)
         if cached is None:
-            cached = self._slots[key] = sum(f // size for f in dom.frees)
+            cached = self._slots[key] = sum(f // size for f in self.frees[dom.lo : dom.hi])
         return cached
 
     def can_take(self, dom: _Dom, reps: Sequence[_Rep], need: int | None = None) -> bool:
         """Necessary (and for one replica size sufficient) test on an untouched domain;
         `need`: the GPUs of `reps`, when the caller has summed them already."""
-        if dom.free < (sum(g for g, _ in reps) if need is None else need):
+        if self.free(dom) < (sum(g for g, _ in reps) if need is None else need):
             return False
         if dom.node is not None:
             return True
@@ -203,16 +252,17 @@ class _Packer:
         """Place as many of `reps` (largest first) inside `dom` as fit; return the rest."""
         if not reps:
             return reps
+        tree = self.tree
         if dom.node is not None:
-            return self._fill_node(dom.node, reps)
+            return self._fill_node(tree.node(dom), reps)
         if dom.leaf_only:
-            return self._best_fit([c.node for c in dom.children if c.node is not None], reps)
+            return self._best_fit([tree.node(c) for c in dom.children], reps)
         remaining = reps
         pending = list(dom.children)
         while remaining and pending:
             need = sum(g for g, _ in remaining)
-            fitting = [c for c in pending if self.tree.can_take(c, remaining, need)]
-            fitting.sort(key=lambda c: (c.free - need, -c.image_nodes, c.order))
+            fitting = [c for c in pending if tree.can_take(c, remaining, need)]
+            fitting.sort(key=lambda c: (tree.free(c) - need, -tree.image_nodes(c), c.order))
             for child in fitting:
                 mark = len(self.log)
                 if not self.fill(child, remaining):
@@ -221,7 +271,7 @@ class _Packer:
             size = remaining[0][0]
             biggest = min(
                 pending,
-                key=lambda c: (-self.tree.slots(c, size), -c.free, -c.image_nodes, c.order),
+                key=lambda c: (-tree.slots(c, size), -tree.free(c), -tree.image_nodes(c), c.order),
             )
             pending.remove(biggest)
             remaining = self.fill(biggest, remaining)
@@ -464,7 +514,7 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         return _placement(snapshot, request, gang, [(gang.reps[0], best)], NODE, best.topology, "")
 
     names = level_names(snapshot.levels)
-    tree = _Tree([n for n in eligible if n.gpus_free > 0], request.image, names)
+    tree = _Tree(_skeleton(snapshot, request, eligible, names), snapshot)
     tiers = [NODE, CLIQUE]
     tiers += [names[k] for k in reversed(snapshot.levels[:-1])]
     tiers.append(CLUSTER)
@@ -478,7 +528,7 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         candidates = [
             d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps, gang.total)
         ]
-        candidates.sort(key=lambda d: (d.free - gang.total, -d.image_nodes, d.order))
+        candidates.sort(key=lambda d: (tree.free(d) - gang.total, -tree.image_nodes(d), d.order))
         chosen = _cheapest(candidates, packer, gang, cost, names, priced=at > wanted_at)
         if chosen is not None:
             log, dom = chosen
@@ -503,15 +553,6 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
     )
 
 
-def _products(dom: _Dom) -> frozenset[str | None]:
-    if dom.node is not None:
-        return frozenset((dom.node.gpu.product,))
-    out: set[str | None] = set()
-    for child in dom.children:
-        out |= _products(child)
-    return frozenset(out)
-
-
 def _cheapest(
     candidates: Sequence[_Dom],
     packer: _Packer,
@@ -524,7 +565,8 @@ def _cheapest(
     beyond its topology) and the candidates hold different GPU products (so different
     fabrics), the lowest estimated allreduce among the first _COST_CANDIDATES that pack,
     ties to best-fit order."""
-    mixed = priced and len({_products(d) for d in candidates}) > 1
+    products = packer.tree.skeleton.products_of
+    mixed = priced and len({products(d) for d in candidates}) > 1
     best: tuple[float, int, list[tuple[_Rep, NodeInfo]], _Dom] | None = None
     tried = 0
     for i, dom in enumerate(candidates):
@@ -552,11 +594,23 @@ def _gpus_on(log: Sequence[tuple[_Rep, NodeInfo]]) -> list[tuple[NodeInfo, int]]
     return [(nodes[name], gpus[name]) for name in nodes]
 
 
+def _skeleton(
+    snapshot: Snapshot, request: GangRequest, eligible: list[NodeInfo], names: dict[str, str]
+) -> _Skeleton:
+    """The eligible nodes' skeleton; a "static" memo when eligibility is (it does not
+    depend on free GPUs), so the what-if snapshots of a cycle share it."""
+    if request.filter_key is None:
+        return _Skeleton(eligible, request.image, names)
+    key = ("static", "skeleton", request.filter_key, request.gpu_products, request.image)
+    found: _Skeleton = snapshot.memo(key, lambda: _Skeleton(eligible, request.image, names))
+    return found
+
+
 def _largest(tree: _Tree, tier: str) -> _Dom | None:
-    doms = tree.by_tier.get(tier, [])
+    doms = tree.with_free(tier)
     if not doms:
         return None
-    return min(doms, key=lambda d: (-d.free, d.order))
+    return min(doms, key=lambda d: (-tree.free(d), d.order))
 
 
 def _where(tier: str) -> str:
@@ -564,11 +618,11 @@ def _where(tier: str) -> str:
 
 
 def _required_nofit(tree: _Tree, tier: str, gang: _Gang, details: list[str]) -> NoFit:
-    top = sorted(tree.by_tier.get(tier, []), key=lambda d: (-d.free, d.order))
+    top = sorted(tree.with_free(tier), key=lambda d: (-tree.free(d), d.order))
     for dom in top[:3]:
         details.append(
-            f"{tier} {_dom_name(dom)}: {dom.free} free GPUs on "
-            f"{_plural(len(dom.frees), 'eligible node')}, room for "
+            f"{tier} {_dom_name(dom)}: {tree.free(dom)} free GPUs on "
+            f"{_plural(tree.live(dom), 'eligible node')}, room for "
             f"{tree.slots(dom, gang.largest)} x {gang.largest} GPUs"
         )
     head = f"needs {gang.describe()} {_where(tier)} (Required)"
@@ -577,12 +631,12 @@ def _required_nofit(tree: _Tree, tier: str, gang: _Gang, details: list[str]) -> 
     best = top[0]
     if tier == NODE:
         return NoFit(
-            f"{head}; the most free GPUs on one eligible node is {best.free} ({_dom_name(best)})",
+            f"{head}; the most free GPUs on one eligible node is {tree.free(best)} ({_dom_name(best)})",
             tuple(details),
         )
-    if best.free < gang.total:
+    if tree.free(best) < gang.total:
         return NoFit(
-            f"{head}; the largest {tier} has {best.free} free GPUs on eligible nodes "
+            f"{head}; the largest {tier} has {tree.free(best)} free GPUs on eligible nodes "
             f"({_domain_name(best.path)})",
             tuple(details),
         )
@@ -590,12 +644,12 @@ def _required_nofit(tree: _Tree, tier: str, gang: _Gang, details: list[str]) -> 
     if room >= gang.largest_count:
         return NoFit(
             f"{head}; no {tier} can pack these mixed replica sizes: the largest, "
-            f"{_domain_name(best.path)}, has {best.free} free GPUs",
+            f"{_domain_name(best.path)}, has {tree.free(best)} free GPUs",
             tuple(details),
         )
     return NoFit(
         f"{head}; no {tier} has its free GPUs on few enough nodes: the largest, "
-        f"{_domain_name(best.path)}, has {best.free} free but room for only "
+        f"{_domain_name(best.path)}, has {tree.free(best)} free but room for only "
         f"{room} x {gang.largest} GPUs",
         tuple(details),
     )
@@ -604,7 +658,7 @@ def _required_nofit(tree: _Tree, tier: str, gang: _Gang, details: list[str]) -> 
 def _widened_note(tree: _Tree, tier: str, gang: _Gang) -> str:
     best = _largest(tree, tier)
     largest = (
-        f"the largest, {_dom_name(best)}, has {best.free} free GPUs"
+        f"the largest, {_dom_name(best)}, has {tree.free(best)} free GPUs"
         if best is not None
         else f"no {tier} has free GPUs"
     )
