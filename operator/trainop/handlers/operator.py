@@ -96,6 +96,22 @@ def current_config() -> OperatorConfig:
     return config
 
 
+class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf deep-copies every object on every event to detect what changed, for
+    create/update/delete handlers; trainop has none (only event handlers), so nothing
+    is built or stored. At thousands of pods that copying was a quarter of the operator's
+    time. Add a resource-changing handler and this must go."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md). No handler
@@ -104,7 +120,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=c.ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = _NoDiffBase(
         prefix=c.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     # kopf would post every "Handler succeeded" line as an Event: thousands of writes in a
