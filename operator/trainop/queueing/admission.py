@@ -1,5 +1,10 @@
 """One admission pass: pending gangs in, admit / wait / preempt decisions and queue usage out.
 
+This module runs the pass; each rule lives with its concern, a pure module with its own
+table test: `queueing.ordering` (steps 2 and 3), `queueing.ledger` (quota and borrowing,
+step 4), `queueing.backfill` (step 5), `queueing.preemption` (step 6) and
+`queueing.topowait` (step 7).
+
 Neighbours: the operator (handlers) and the simulator call `admit` with the cluster's queues,
 every live TrainingJob as a QueuedJob, the current snapshot and a placer (PlannerPlacer runs
 the planner); `queueing.ledger` does the quota arithmetic, `queueing.groups` the product
@@ -45,12 +50,12 @@ The pass, in words:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from trainop.inventory import Snapshot
+from trainop.queueing.backfill import Blocks, Hold, blocks_for, new_hold
 from trainop.queueing.groups import Candidate, candidates, fleet_products, group_of
 from trainop.queueing.ledger import Ledger
 from trainop.queueing.model import (
@@ -58,7 +63,6 @@ from trainop.queueing.model import (
     INCOMPATIBLE,
     NOFIT,
     POLICY,
-    PRIORITY,
     QUOTA,
     RECLAIM,
     TOPOLOGY,
@@ -73,48 +77,10 @@ from trainop.queueing.model import (
     QuotaGroup,
     Unfit,
 )
+from trainop.queueing.ordering import Running, line_order, queue_order
+from trainop.queueing.preemption import PreemptPlan, plan_preemption, released
 from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
 from trainop.queueing.topowait import TopologyWait, topology_wait
-
-
-@dataclass
-class _Running:
-    job: QueuedJob
-    group: str
-    fresh: bool = False  # admitted in this pass: never a victim of the same pass
-
-    @property
-    def key(self) -> str:
-        return self.job.key
-
-    @property
-    def queue(self) -> str:
-        return self.job.queue
-
-
-@dataclass
-class _Hold:
-    """Capacity held for a head that waited past its queue's backfillWaitSeconds."""
-
-    queue: str
-    cohort: str | None
-    groups: frozenset[str] | None  # None: every group (unlimited queues)
-    head: str
-    waited: float
-    threshold: float
-    reason: str = QUOTA  # the head's own reason once known; cohort borrowers always see Quota
-
-    @property
-    def rank(self) -> tuple[float, str]:
-        """Lower ranks first: the longer wait, then the key."""
-        return (-self.waited, self.head)
-
-    def message(self, group: str) -> str:
-        what = f"{group} GPUs are" if group else "GPUs are"
-        return (
-            f"{what} held for {self.head}, first in queue {self.queue}, which has waited "
-            f"{_secs(self.waited)} (more than backfillWaitSeconds {_secs(self.threshold)})"
-        )
 
 
 @dataclass
@@ -126,59 +92,6 @@ class _Outcome:
     borrow: int = 0
     held: bool = False
     topology: TopologyWait | None = None
-
-
-@dataclass(frozen=True)
-class _PreemptPlan:
-    victims: tuple[_Running, ...]
-    candidate: Candidate
-    fit: Fit
-    borrow: int
-    reason: str
-
-
-@dataclass
-class _Blocks:
-    """What holds forbid a job: groups it may not use, groups it may not borrow."""
-
-    excluded: dict[str, _Hold] = field(default_factory=dict)
-    no_borrow: dict[str, _Hold] = field(default_factory=dict)
-    whole_queue: _Hold | None = None
-
-
-def _secs(value: float) -> str:
-    if math.isinf(value):
-        return "forever"
-    return f"{value:g}s"
-
-
-def _line_order(job: QueuedJob) -> tuple[int, float, str]:
-    return (-job.priority, job.created, job.key)
-
-
-def _victim_order(r: _Running) -> tuple[int, float, str]:
-    # Lowest priority first, then the youngest (latest start) first; a job without a
-    # start time is treated as just started.
-    started = r.job.started if r.job.started is not None else math.inf
-    return (r.job.priority, -started, r.job.key)
-
-
-def _same_group_first(group: str) -> Callable[[_Running], tuple[bool, int, float, str]]:
-    # Victims charged to the wanted group free its quota and nodes; others only free a
-    # running slot (maxRunningJobs), so they come last.
-    def key(r: _Running) -> tuple[bool, int, float, str]:
-        return (r.group != group, *_victim_order(r))
-
-    return key
-
-
-def _nodes(jobs: Iterable[_Running], snapshot: Snapshot) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for r in jobs:
-        for node, gpus in r.job.nodes:
-            if node in snapshot:  # a node gone from the inventory holds nothing to release
-                out[node] += gpus
-    return dict(out)
 
 
 def _unlimited_candidate() -> Candidate:
@@ -212,9 +125,9 @@ class _Pass:
         self.fleet = fleet_products(snapshot)
         fleet_gpus = sum(n.gpus_allocatable for n in snapshot.nodes if n.schedulable)
         self.ledger = Ledger(self.queues, fleet_gpus)
-        self.running: dict[str, _Running] = {}
+        self.running: dict[str, Running] = {}
         self.decisions: dict[str, JobDecision] = {}
-        self.holds: list[_Hold] = []
+        self.holds: list[Hold] = []
         self.heads: dict[str, str] = {}
         self.lines: dict[str, list[QueuedJob]] = defaultdict(list)
         self.waiting: dict[str, int] = defaultdict(int)
@@ -232,7 +145,7 @@ class _Pass:
                 continue
             group = ANY_GROUP if q.unlimited else group_of(q, job.product)
             self.ledger.charge(q.name, group, job.gpus)
-            self.running[job.key] = _Running(job, group)
+            self.running[job.key] = Running(job, group)
             self.decisions[job.key] = JobDecision(
                 job.key,
                 q.name,
@@ -268,7 +181,7 @@ class _Pass:
                 continue
             self.lines[job.queue].append(job)
         for line in self.lines.values():
-            line.sort(key=_line_order)
+            line.sort(key=line_order)
 
     # --- the fair-share loop -------------------------------------------------------------
     def run(self) -> None:
@@ -289,13 +202,7 @@ class _Pass:
                     return hit[1]
                 q = self.queues[name]
                 head = self.lines[name][cursor[name]]
-                key = (
-                    self.would_borrow(head, q),
-                    self.ledger.share(q),
-                    -head.priority,
-                    head.created,
-                    name,
-                )
+                key = queue_order(self.would_borrow(head, q), self.ledger.share(q), head, name)
                 order_cache[name] = (memo, key)
                 return key
 
@@ -317,11 +224,10 @@ class _Pass:
 
     def maybe_hold(self, job: QueuedJob, q: QueueState) -> None:
         """Hold capacity for `job`, its queue's head, once it waited past the threshold."""
-        waited = self.now - job.waiting_since
-        if waited <= q.backfill_wait_seconds or any(h.queue == q.name for h in self.holds):
-            return
-        groups = None if q.unlimited else frozenset(c.group.name for c in self.candidates(job, q))
-        self.holds.append(_Hold(q.name, q.cohort, groups, job.key, waited, q.backfill_wait_seconds))
+        groups = None if q.unlimited else [c.group.name for c in self.candidates(job, q)]
+        hold = new_hold(job, q, self.now, groups, self.holds)
+        if hold is not None:
+            self.holds.append(hold)
 
     def release_hold(self, job: QueuedJob) -> None:
         self.holds = [h for h in self.holds if h.head != job.key]
@@ -335,26 +241,8 @@ class _Pass:
             found = self._candidates[key] = candidates(q, job.products, self.fleet)
         return found
 
-    def blocks(self, job: QueuedJob, q: QueueState) -> _Blocks:
-        out = _Blocks()
-        own = next((h for h in self.holds if h.head == job.key), None)
-        for h in self.holds:
-            if h.head == job.key:
-                continue
-            if own is not None and own.rank <= h.rank:
-                # Two heads holding against each other would both wait forever: the one
-                # that waited longer goes first.
-                continue
-            if h.queue == q.name:
-                if h.groups is None:
-                    out.whole_queue = h
-                else:
-                    for g in h.groups:
-                        out.excluded.setdefault(g, h)
-            elif q.cohort and h.cohort == q.cohort and h.groups is not None:
-                for g in h.groups:
-                    out.no_borrow.setdefault(g, h)
-        return out
+    def blocks(self, job: QueuedJob, q: QueueState) -> Blocks:
+        return blocks_for(job.key, q, self.holds)
 
     def consider(self, job: QueuedJob, q: QueueState) -> None:
         is_head = q.name not in self.heads
@@ -369,7 +257,15 @@ class _Pass:
             self.admit(job, q, outcome.candidate, outcome.fit, outcome.borrow)
             return
         if is_head and not outcome.held and outcome.reason in (QUOTA, NOFIT):
-            plan = self.preemption(job, q, cands, blocks)
+            plan = plan_preemption(
+                job,
+                q,
+                cands,
+                blocks.excluded,
+                self.ledger,
+                self.running.values(),
+                lambda c, victims, ledger: self.fits(job, q, c, victims, ledger, blocks),
+            )
             if plan is not None:
                 self.release_hold(job)  # it reserved its placement: nothing left to hold
                 self.preempt(job, q, plan, outcome)
@@ -395,7 +291,7 @@ class _Pass:
                 h.reason = outcome.reason
 
     def attempt(  # noqa: C901, PLR0912 - quota group by group, then placement, each refusal with its reason
-        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: _Blocks
+        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: Blocks
     ) -> _Outcome:
         if blocks.whole_queue is not None:
             h = blocks.whole_queue
@@ -418,7 +314,7 @@ class _Pass:
             return f"{c.group.name}: {text}" if several else text
 
         quota_msgs: list[str] = []
-        held: list[tuple[_Hold, str]] = []
+        held: list[tuple[Hold, str]] = []
         ready: list[tuple[Candidate, int]] = []
         for c in cands:
             k = c.group.name
@@ -489,7 +385,7 @@ class _Pass:
         self.version += 1
         self.ledger.charge(q.name, k, job.gpus)
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
-        self.running[job.key] = _Running(job, k, fresh=True)
+        self.running[job.key] = Running(job, k, fresh=True)
         lend = f", {borrow} of them borrowed from cohort {q.cohort}" if borrow else ""
         where = f" on {', '.join(fit.nodes)}" if fit.nodes else ""
         gpus = f"{job.gpus} GPUs" if q.unlimited else f"{job.gpus} {k} GPUs"
@@ -505,7 +401,7 @@ class _Pass:
             placement=fit,
         )
 
-    def preempt(self, job: QueuedJob, q: QueueState, plan: _PreemptPlan, why: _Outcome) -> None:
+    def preempt(self, job: QueuedJob, q: QueueState, plan: PreemptPlan, why: _Outcome) -> None:
         k = plan.candidate.group.name
         self.version += 1
         for r in plan.victims:
@@ -534,7 +430,7 @@ class _Pass:
                 gpus=r.job.gpus,
                 preemptor=job.key,
             )
-        self.snapshot = self.snapshot.with_released(_nodes(plan.victims, self.snapshot))
+        self.snapshot = self.snapshot.with_released(released(plan.victims, self.snapshot))
         # The preemptor reserves what it will take once the victims are gone.
         self.ledger.charge(q.name, k, job.gpus)
         self.snapshot = self.snapshot.with_reserved(dict(plan.fit.gpus_by_node))
@@ -555,90 +451,14 @@ class _Pass:
             victims=tuple(r.key for r in plan.victims),
         )
 
-    # --- preemption search -------------------------------------------------------------------
-    def preemption(
-        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: _Blocks
-    ) -> _PreemptPlan | None:
-        if q.cohort and q.reclaim_within_cohort and not q.unlimited:
-            members = set(self.ledger.members(q)) - {q.name}
-            for c in cands:
-                k = c.group.name
-                if k in blocks.excluded:
-                    continue
-                if self.ledger.used[(q.name, k)] + job.gpus > q.nominal(k):
-                    continue  # reclaim restores nominal quota only
-                pool = sorted(
-                    (
-                        r
-                        for r in self.running.values()
-                        if r.queue in members and r.group == k and not r.fresh
-                    ),
-                    key=_victim_order,
-                )
-                plan = self.search(job, q, c, pool, RECLAIM, blocks)
-                if plan is not None:
-                    return plan
-        if q.within_queue == "LowerPriority":
-            for c in cands:
-                k = c.group.name
-                if k in blocks.excluded:
-                    continue
-                pool = sorted(
-                    (
-                        r
-                        for r in self.running.values()
-                        if r.queue == q.name and r.job.priority < job.priority and not r.fresh
-                    ),
-                    key=_same_group_first(k),
-                )
-                plan = self.search(job, q, c, pool, PRIORITY, blocks)
-                if plan is not None:
-                    return plan
-        return None
-
-    def search(
-        self,
-        job: QueuedJob,
-        q: QueueState,
-        c: Candidate,
-        pool: list[_Running],
-        reason: str,
-        blocks: _Blocks,
-    ) -> _PreemptPlan | None:
-        k = c.group.name
-        ledger = self.ledger.copy()
-        chosen: list[_Running] = []
-        found: tuple[Fit, int] | None = None
-        for r in pool:
-            if reason == RECLAIM and ledger.borrowed(r.queue, k) <= 0:
-                continue  # that member no longer borrows: its remaining jobs are its own quota
-            chosen.append(r)
-            ledger.uncharge(r.queue, r.group, r.job.gpus)
-            found = self.fits(job, q, c, chosen, ledger, blocks)
-            if found is not None:
-                break
-        if found is None:
-            return None
-        # Only as many as needed: try keeping each victim, the most valuable first.
-        for r in reversed(chosen[:-1]):
-            trial = [x for x in chosen if x is not r]
-            ledger = self.ledger.copy()
-            for x in trial:
-                ledger.uncharge(x.queue, x.group, x.job.gpus)
-            again = self.fits(job, q, c, trial, ledger, blocks)
-            if again is not None:
-                chosen, found = trial, again
-        fit, borrow = found
-        return _PreemptPlan(tuple(chosen), c, fit, borrow, reason)
-
     def fits(
         self,
         job: QueuedJob,
         q: QueueState,
         c: Candidate,
-        victims: list[_Running],
+        victims: list[Running],
         ledger: Ledger,
-        blocks: _Blocks,
+        blocks: Blocks,
     ) -> tuple[Fit, int] | None:
         """Quota and placement both fit once `victims` are gone (the re-simulation)."""
         if ledger.running_full(q):
@@ -646,7 +466,7 @@ class _Pass:
         verdict = ledger.quota_fit(q, c.group.name, job.gpus)
         if not verdict.ok or (verdict.borrow and c.group.name in blocks.no_borrow):
             return None
-        snapshot = self.snapshot.with_released(_nodes(victims, self.snapshot))
+        snapshot = self.snapshot.with_released(released(victims, self.snapshot))
         result = self.place(job, snapshot, c.products or None)
         if isinstance(result, Fit):
             return result, verdict.borrow

@@ -1,0 +1,72 @@
+"""Who goes first: the order of a queue's line, of queues against each other, of victims.
+
+Neighbours: `queueing.admission` (the pass) orders with these keys; `queueing.preemption`
+orders its candidate victims with `victim_order` / `same_group_first`; `queueing.ledger`
+supplies the weighted dominant-resource share the cross-queue order reads. Pure: keys are
+tuples compared as Python compares tuples, each ending in the job's or queue's name, so
+every order is total and deterministic.
+
+The rules, in words:
+- In a queue's line: higher priority first, then older (creation) first.
+- Across queues, the next job comes from the queue whose head fits its own nominal quota
+  (or may reclaim it) before queues whose head would borrow (as Kueue does), then the
+  lowest weighted dominant-resource share, then the head's priority and age.
+- Victims: lowest priority first, then the youngest (latest start); for priority
+  preemption, victims charged to the wanted quota group before the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trainop.queueing.model import QueuedJob
+
+
+@dataclass
+class Running:
+    """An admitted job as the pass sees it: charged to `group`; `fresh` when admitted in
+    this pass (never a victim of the same pass)."""
+
+    job: QueuedJob
+    group: str
+    fresh: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.job.key
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+
+def line_order(job: QueuedJob) -> tuple[int, float, str]:
+    """A queue's line: higher priority first, then older first."""
+    return (-job.priority, job.created, job.key)
+
+
+def queue_order(
+    would_borrow: bool, share: float, head: QueuedJob, queue: str
+) -> tuple[bool, float, int, float, str]:
+    """Across queues (lowest first): heads within their nominal quota before borrowers,
+    then the lower weighted share, then the head's priority and age."""
+    return (would_borrow, share, -head.priority, head.created, queue)
+
+
+def victim_order(r: Running) -> tuple[int, float, str]:
+    """Lowest priority first, then the youngest (latest start) first; a job without a
+    start time is treated as just started."""
+    started = r.job.started if r.job.started is not None else math.inf
+    return (r.job.priority, -started, r.job.key)
+
+
+def same_group_first(group: str) -> Callable[[Running], tuple[bool, int, float, str]]:
+    """Victims charged to the wanted group free its quota and nodes; others only free a
+    running slot (maxRunningJobs), so they come last."""
+
+    def key(r: Running) -> tuple[bool, int, float, str]:
+        return (r.group != group, *victim_order(r))
+
+    return key

@@ -1,0 +1,119 @@
+"""Preemption: which admitted gangs a blocked head may evict, and the fewest that will do.
+
+Neighbours: `queueing.admission` (the pass) calls `plan_preemption` for a queue's head
+blocked on Quota or NoFit, with a `fits` callable that re-runs quota and placement with
+the victims gone (on a what-if snapshot); `queueing.ordering` orders the candidates;
+`queueing.ledger` does the quota arithmetic. Pure: the ledger is copied, never changed.
+
+The rules, in words:
+  (a) Reclaim: when the head fits its queue's nominal quota, admitted gangs of cohort
+      members that borrow that group are candidates, as long as their queue still
+      borrows;
+  (b) Priority (preemption.withinQueue LowerPriority): admitted gangs of the same queue
+      with lower priority.
+Candidates go lowest priority first, then youngest (latest start) first; victims are
+added one by one until quota and placement fit; then each victim but the last is tried
+back (most valuable first) and kept running when the head still fits. If no set of
+victims makes the head fit, nobody is preempted. Jobs admitted in this pass are never
+victims.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from trainop.inventory import Snapshot
+from trainop.queueing.groups import Candidate
+from trainop.queueing.ledger import Ledger
+from trainop.queueing.model import PRIORITY, RECLAIM, Fit, QueuedJob, QueueState
+from trainop.queueing.ordering import Running, same_group_first, victim_order
+
+# (candidate group, victims, ledger with the victims uncharged) -> (fit, GPUs borrowed)
+Fits = Callable[[Candidate, list[Running], Ledger], tuple[Fit, int] | None]
+
+
+@dataclass(frozen=True)
+class PreemptPlan:
+    victims: tuple[Running, ...]
+    candidate: Candidate
+    fit: Fit
+    borrow: int
+    reason: str
+
+
+def released(victims: Iterable[Running], snapshot: Snapshot) -> dict[str, int]:
+    """GPUs per node the victims give back (a node gone from the snapshot gives nothing)."""
+    out: dict[str, int] = defaultdict(int)
+    for r in victims:
+        for node, gpus in r.job.nodes:
+            if node in snapshot:
+                out[node] += gpus
+    return dict(out)
+
+
+def plan_preemption(
+    job: QueuedJob,
+    q: QueueState,
+    cands: tuple[Candidate, ...],
+    excluded: Collection[str],
+    ledger: Ledger,
+    running: Iterable[Running],
+    fits: Fits,
+) -> PreemptPlan | None:
+    """The first plan that works: reclaim within the cohort, then lower priority within
+    the queue, each group of `cands` in order (`excluded`: groups held for another head)."""
+    pool = [r for r in running if not r.fresh]
+    if q.cohort and q.reclaim_within_cohort and not q.unlimited:
+        members = set(ledger.members(q)) - {q.name}
+        for c in (c for c in cands if c.group.name not in excluded):
+            k = c.group.name
+            if ledger.used[(q.name, k)] + job.gpus > q.nominal(k):
+                continue  # reclaim restores nominal quota only
+            lent = sorted(
+                (r for r in pool if r.queue in members and r.group == k), key=victim_order
+            )
+            plan = search(c, lent, RECLAIM, ledger, fits)
+            if plan is not None:
+                return plan
+    if q.within_queue == "LowerPriority":
+        for c in (c for c in cands if c.group.name not in excluded):
+            lower = sorted(
+                (r for r in pool if r.queue == q.name and r.job.priority < job.priority),
+                key=same_group_first(c.group.name),
+            )
+            plan = search(c, lower, PRIORITY, ledger, fits)
+            if plan is not None:
+                return plan
+    return None
+
+
+def search(
+    c: Candidate, pool: list[Running], reason: str, ledger: Ledger, fits: Fits
+) -> PreemptPlan | None:
+    """Add victims from `pool` in order until the head fits, then try each back."""
+    k = c.group.name
+    trial_ledger = ledger.copy()
+    chosen: list[Running] = []
+    found: tuple[Fit, int] | None = None
+    for r in pool:
+        if reason == RECLAIM and trial_ledger.borrowed(r.queue, k) <= 0:
+            continue  # that member no longer borrows: its remaining jobs are its own quota
+        chosen.append(r)
+        trial_ledger.uncharge(r.queue, r.group, r.job.gpus)
+        found = fits(c, chosen, trial_ledger)
+        if found is not None:
+            break
+    if found is None:
+        return None
+    for r in reversed(chosen[:-1]):  # only as many as needed: the most valuable first
+        trial = [x for x in chosen if x is not r]
+        kept = ledger.copy()
+        for x in trial:
+            kept.uncharge(x.queue, x.group, x.job.gpus)
+        again = fits(c, trial, kept)
+        if again is not None:
+            chosen, found = trial, again
+    fit, borrow = found
+    return PreemptPlan(tuple(chosen), c, fit, borrow, reason)
