@@ -135,8 +135,10 @@ class ShellState:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     node_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     hostnames: dict[str, str] = field(default_factory=dict)  # hostname label -> node name
+    _hostname_of: dict[str, str] = field(default_factory=dict)  # node name -> its hostname
     pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
     pod_gpus: dict[Key, tuple[str, str, int]] = field(default_factory=dict)  # kind, value, gpus
+    _pods_on: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # by value
     pods_of_job: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))
     jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
     written: dict[Key, dict[str, Any]] = field(default_factory=dict)
@@ -214,8 +216,10 @@ class ShellState:
         self.nodes[name] = node_info(slim, levels=self.levels)
         self.node_revision += 1
         hostname = slim["metadata"]["labels"].get(c.LABEL_HOSTNAME) or name
-        self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
+        self._forget_hostname(name)
         self.hostnames.setdefault(hostname, name)
+        if self.hostnames[hostname] == name:
+            self._hostname_of[name] = hostname
         self.touch()
         return True
 
@@ -223,8 +227,13 @@ class ShellState:
         if self.nodes.pop(name, None) is not None:
             self.node_revision += 1
             self.node_bodies.pop(name, None)
-            self.hostnames = {h: n for h, n in self.hostnames.items() if n != name}
+            self._forget_hostname(name)
             self.touch()
+
+    def _forget_hostname(self, name: str) -> None:
+        hostname = self._hostname_of.pop(name, None)
+        if hostname is not None and self.hostnames.get(hostname) == name:
+            del self.hostnames[hostname]
 
     # --- pods ----------------------------------------------------------------------------
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
@@ -242,10 +251,7 @@ class ShellState:
             self.pods_of_job[(key[0], job)].add(key[1])
             self._settle_assumed((key[0], job))
         new_gpus = self.holding(slim)
-        if new_gpus is None:
-            self.pod_gpus.pop(key, None)
-        else:
-            self.pod_gpus[key] = new_gpus
+        self._place_pod(key, old_gpus, new_gpus)
         if old_gpus != new_gpus:
             self.touch()
 
@@ -262,8 +268,25 @@ class ShellState:
                 names.discard(name)
                 if not names:
                     del self.pods_of_job[(namespace, job)]
-        if self.pod_gpus.pop(key, None) is not None:
+        if self.pod_gpus.get(key) is not None:
+            self._place_pod(key, self.pod_gpus[key], None)
             self.touch()
+
+    def _place_pod(
+        self, key: Key, old: tuple[str, str, int] | None, new: tuple[str, str, int] | None
+    ) -> None:
+        """Keep pod_gpus and its index by node (name or hostname) in step."""
+        if old is not None:
+            on = self._pods_on.get(old[1])
+            if on is not None:
+                on.discard(key)
+                if not on:
+                    del self._pods_on[old[1]]
+        if new is None:
+            self.pod_gpus.pop(key, None)
+        else:
+            self.pod_gpus[key] = new
+            self._pods_on[new[1]].add(key)
 
     @staticmethod
     def holding(pod: Mapping[str, Any]) -> tuple[str, str, int] | None:
@@ -533,13 +556,12 @@ class ShellState:
 
     def jobs_on_node(self, name: str) -> list[Key]:
         """Jobs with a pod bound or pinned to node `name` (its change may end their gang)."""
-        hostnames = {h for h, n in self.hostnames.items() if n == name}
+        values = {name, self._hostname_of.get(name, name)}
         out: set[Key] = set()
-        for (ns, pod_name), (kind, value, _) in self.pod_gpus.items():
-            if value == name if kind == BY_NAME else value in hostnames:
-                job = (self.pods[(ns, pod_name)]["metadata"].get("labels") or {}).get(
-                    c.LABEL_JOB_NAME
-                )
+        for value in values:
+            for ns, pod_name in self._pods_on.get(value, ()):
+                labels = self.pods[(ns, pod_name)]["metadata"].get("labels") or {}
+                job = labels.get(c.LABEL_JOB_NAME)
                 if job and (ns, job) in self.jobs:
                     out.add((ns, job))
         return sorted(out)
