@@ -252,12 +252,17 @@ class _Status:
         self.cond(phase, True, reason, message)
         if phase not in ("Queued", "Invalid", "Suspended"):
             self.cond("Created", True, "PodsCreated" if phase != "Created" else reason)
-        if changed or self._message_changed(phase, message):
+        if changed or self._news(phase, reason, message):
             self.events.append(("Warning" if warning else "Normal", reason, message))
 
-    def _message_changed(self, phase: str, message: str) -> bool:
+    def _news(self, phase: str, reason: str, message: str) -> bool:
+        """Whether the condition changed enough for an Event. A wait whose reason stays is
+        no news when only its message moves (a NoFit quoting the free GPUs would otherwise
+        post an Event for every waiting job whenever any gang starts or ends)."""
         for cond in self.old.get("conditions") or []:
             if cond.get("type") == phase:
+                if phase == "Queued":
+                    return bool(cond.get("reason") != reason)
                 return bool(cond.get("message") != message)
         return True
 

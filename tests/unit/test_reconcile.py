@@ -1210,12 +1210,22 @@ def job_with(b: JobBuilder, status: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def test_event_again_when_the_message_changes() -> None:
+def test_a_wait_whose_reason_stays_updates_its_message_without_an_event() -> None:
+    """A deep queue would otherwise post an Event per waiting job whenever a gang starts
+    or ends (NoFit messages quote the free GPUs)."""
     body = job(workers=40).phase("Queued", "NoFit", "needs 40 x 8 GPUs; (an older count)")
     body.with_status(pendingReason="NoFit")
     acts = run(body)
-    assert [(t, r) for t, r, _ in acts.events] == [("Normal", "NoFit")]
+    assert acts.events == []
+    assert cond(acts.status, "Queued")["message"].startswith("needs 40 x 8 GPUs")
+    assert "(an older count)" not in acts.status["pendingMessage"]
     assert cond(acts.status, "Queued")["lastTransitionTime"] == ago(600)  # still True
+
+
+def test_event_again_when_the_reason_of_a_wait_changes() -> None:
+    body = job().phase("Queued", "QueueFull", "behind other jobs").with_status(queuePosition=5)
+    acts = run(body, admission=Admission(False, "Quota", "the queue's quota is used up", 1))
+    assert [(t, r) for t, r, _ in acts.events] == [("Normal", "Quota")]
 
 
 def test_queue_position_change_keeps_quiet_when_the_message_does_not() -> None:

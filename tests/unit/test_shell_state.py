@@ -265,7 +265,10 @@ def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
         pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 39), False, id="deep-move"),
         pytest.param((False, "NoFit", "m", 11), (False, "NoFit", "m", 10), True, id="front-move"),
         pytest.param((False, "NoFit", "m", 40), (False, "Quota", "m", 40), True, id="reason"),
-        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m2", 40), True, id="message"),
+        pytest.param(
+            (False, "NoFit", "m", 40), (False, "NoFit", "m2", 40), False, id="deep-message"
+        ),
+        pytest.param((False, "NoFit", "m", 3), (False, "NoFit", "m2", 3), True, id="front-message"),
     ],
 )
 def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool) -> None:

@@ -50,9 +50,9 @@ class Verdict:
     generation: int | None
 
 
-# Queue positions up to this are written to status as they move; further back, a job's
-# position is refreshed only with its next status change (a deep queue would otherwise
-# rewrite every waiting job's status on every admission).
+# Queue positions (and wait messages) up to this position are written to status as they
+# move; further back, they are refreshed only with the job's next status change (a deep
+# queue would otherwise rewrite every waiting job's status on every admission).
 POSITIONS_TRACKED = 10
 
 
@@ -61,10 +61,12 @@ def _worth_telling(old: Verdict | None, new: Verdict) -> bool:
     if old is None or old.uid != new.uid or old.generation != new.generation:
         return True
     a, b = old.admission, new.admission
-    if (a.admitted, a.reason, a.message, a.plan) != (b.admitted, b.reason, b.message, b.plan):
+    if (a.admitted, a.reason, a.plan) != (b.admitted, b.reason, b.plan):
         return True
-    if a.position == b.position:
+    if (a.message, a.position) == (b.message, b.position):
         return False
+    # The same wait with another message (NoFit quotes free GPUs) or position: written
+    # now near the head of the line, else with the job's next real change.
     return min(a.position or 0, b.position or 0) <= POSITIONS_TRACKED
 
 
