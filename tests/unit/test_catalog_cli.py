@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from tests.unit.jobs import FLEET_NODES
+from tests.unit.manifest_helpers import FLEET_NODES
 from trainop.catalog import catalog_table, load_catalog
 from trainop.cli.main import cli
 

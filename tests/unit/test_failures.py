@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.builders import PodBuilder, pod
+from tests.builders import PodBuilder, pod
 from trainop.failures import (
     INFRASTRUCTURE,
     REASONS,

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.unit.placement_fleet import A100, H100, Node, NodeBuilder, Pod, busy, grid, snap
+from tests.builders import A100, H100, NodeBuilder, busy, gpu_pod, grid, node, snap
 from trainop.api.constants import (
     DEFAULT_RDMA_RESOURCE,
     LABEL_BLOCK,
@@ -84,18 +84,18 @@ def test_parse_count_default_on_malformed() -> None:
 @pytest.mark.parametrize(
     ("pod", "expected"),
     [
-        pytest.param(Pod("p").obj(), 0, id="no-gpus"),
-        pytest.param(Pod("p").gpus(8).obj(), 8, id="limits"),
-        pytest.param(Pod("p").gpus("4", part="requests").obj(), 4, id="requests"),
-        pytest.param(Pod("p").gpus(2).gpus(3, container=1).obj(), 5, id="containers-sum"),
-        pytest.param(Pod("p").gpus(2).init(4).obj(), 4, id="init-larger-wins"),
-        pytest.param(Pod("p").gpus(8).init(4).obj(), 8, id="app-larger-wins"),
-        pytest.param(Pod("p").gpus(2).init(1, sidecar=True).obj(), 3, id="sidecar-adds"),
+        pytest.param(gpu_pod("p").build(), 0, id="no-gpus"),
+        pytest.param(gpu_pod("p").gpus(8).build(), 8, id="limits"),
+        pytest.param(gpu_pod("p").gpus("4", part="requests").build(), 4, id="requests"),
+        pytest.param(gpu_pod("p").gpus(2).gpus(3, container=1).build(), 5, id="containers-sum"),
+        pytest.param(gpu_pod("p").gpus(2).init(4).build(), 4, id="init-larger-wins"),
+        pytest.param(gpu_pod("p").gpus(8).init(4).build(), 8, id="app-larger-wins"),
+        pytest.param(gpu_pod("p").gpus(2).init(1, sidecar=True).build(), 3, id="sidecar-adds"),
         pytest.param(
-            Pod("p").gpus(1).init(1, sidecar=True).init(4).obj(), 5, id="init-after-sidecar"
+            gpu_pod("p").gpus(1).init(1, sidecar=True).init(4).build(), 5, id="init-after-sidecar"
         ),
-        pytest.param(Pod("p").gpus(2).overhead(1).obj(), 3, id="overhead"),
-        pytest.param(Pod("p").gpus("bad").obj(), 0, id="malformed-is-zero"),
+        pytest.param(gpu_pod("p").gpus(2).overhead(1).build(), 3, id="overhead"),
+        pytest.param(gpu_pod("p").gpus("bad").build(), 0, id="malformed-is-zero"),
     ],
 )
 def test_pod_request(pod: dict, expected: int) -> None:
@@ -103,12 +103,12 @@ def test_pod_request(pod: dict, expected: int) -> None:
 
 
 def test_requests_win_over_limits() -> None:
-    pod = Pod("p").gpus(2, part="limits").gpus(1, part="requests").obj()
+    pod = gpu_pod("p").gpus(2, part="limits").gpus(1, part="requests").build()
     assert pod_request(pod) == 1
 
 
 def _affinity(*terms: list[dict]) -> dict:
-    return Pod("p").gpus(8).obj() | {
+    return gpu_pod("p").gpus(8).build() | {
         "spec": {
             "containers": [{"name": "c", "resources": {"limits": {RESOURCE_GPU: 8}}}],
             "affinity": {
@@ -129,12 +129,16 @@ def _in(key: str, *values: str) -> dict:
 @pytest.mark.parametrize(
     ("pod", "expected"),
     [
-        pytest.param(Pod("p").on("n1").obj(), ("name", "n1"), id="bound"),
-        pytest.param(Pod("p").pinned("h1").obj(), ("hostname", "h1"), id="pinned"),
-        pytest.param(Pod("p").pinned("h1", terms=2).obj(), ("hostname", "h1"), id="same-terms"),
-        pytest.param(Pod("p").pinned("h1", "h2").obj(), None, id="two-values"),
-        pytest.param(Pod("p").node_selector("h1").obj(), ("hostname", "h1"), id="node-selector"),
-        pytest.param(Pod("p").obj() | {"spec": {}}, None, id="unbound"),
+        pytest.param(gpu_pod("p").bound("n1").build(), ("name", "n1"), id="bound"),
+        pytest.param(gpu_pod("p").pinned("h1").build(), ("hostname", "h1"), id="pinned"),
+        pytest.param(
+            gpu_pod("p").pinned("h1", terms=2).build(), ("hostname", "h1"), id="same-terms"
+        ),
+        pytest.param(gpu_pod("p").pinned("h1", "h2").build(), None, id="two-values"),
+        pytest.param(
+            gpu_pod("p").node_selector("h1").build(), ("hostname", "h1"), id="node-selector"
+        ),
+        pytest.param(gpu_pod("p").build() | {"spec": {}}, None, id="unbound"),
         pytest.param(
             _affinity([_in(LABEL_HOSTNAME, "h1")], [_in(LABEL_HOSTNAME, "h2")]),
             None,
@@ -158,7 +162,7 @@ def test_pod_binding(pod: dict, expected: tuple[str, str] | None) -> None:
 
 
 def test_match_fields_pin_by_node_name() -> None:
-    pod = Pod("p").obj()
+    pod = gpu_pod("p").build()
     pod["spec"]["affinity"] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -171,21 +175,27 @@ def test_match_fields_pin_by_node_name() -> None:
 
 # --- GPU accounting ------------------------------------------------------------------------
 
-NODES = [Node("n1").obj(), Node("n2").obj()]
+NODES = [node("n1").build(), node("n2").build()]
 
 
 @pytest.mark.parametrize(
     ("pods", "used_n1"),
     [
         pytest.param([busy("n1", 4)], 4, id="running"),
-        pytest.param([Pod("p").gpus(8).on("n1").phase("Succeeded").obj()], 0, id="succeeded"),
-        pytest.param([Pod("p").gpus(8).on("n1").phase("Failed").obj()], 0, id="failed"),
-        pytest.param([Pod("p").gpus(8).on("n1").phase("Pending").obj()], 8, id="pending-bound"),
-        pytest.param([Pod("p").gpus(2).on("n1").deleting().obj()], 2, id="deleting-counts"),
-        pytest.param([Pod("p").gpus(8).pinned("n1").obj()], 8, id="pinned-gated"),
-        pytest.param([Pod("p").gpus(8).pinned("n1", "n2").obj()], 0, id="not-pinned"),
-        pytest.param([Pod("p").gpus(8).obj()], 0, id="unbound-unpinned"),
-        pytest.param([Pod("p").gpus(1).init(4).on("n1").obj()], 4, id="init-peak"),
+        pytest.param(
+            [gpu_pod("p").gpus(8).bound("n1").phase("Succeeded").build()], 0, id="succeeded"
+        ),
+        pytest.param([gpu_pod("p").gpus(8).bound("n1").phase("Failed").build()], 0, id="failed"),
+        pytest.param(
+            [gpu_pod("p").gpus(8).bound("n1").phase("Pending").build()], 8, id="pending-bound"
+        ),
+        pytest.param(
+            [gpu_pod("p").gpus(2).bound("n1").deleting().build()], 2, id="deleting-counts"
+        ),
+        pytest.param([gpu_pod("p").gpus(8).pinned("n1").build()], 8, id="pinned-gated"),
+        pytest.param([gpu_pod("p").gpus(8).pinned("n1", "n2").build()], 0, id="not-pinned"),
+        pytest.param([gpu_pod("p").gpus(8).build()], 0, id="unbound-unpinned"),
+        pytest.param([gpu_pod("p").gpus(1).init(4).bound("n1").build()], 4, id="init-peak"),
         pytest.param([busy("n1", 2, "a"), busy("n1", 3, "b")], 5, id="sums"),
         pytest.param([busy("n1", 12)], 12, id="overcommitted"),
         pytest.param([busy("gone", 8)], 0, id="unknown-node"),
@@ -199,14 +209,14 @@ def test_gpu_accounting(pods: list[dict], used_n1: int) -> None:
 
 
 def test_pinned_pod_resolves_hostname_label() -> None:
-    nodes = [Node("ip-10-0-0-1.ec2.internal").label(LABEL_HOSTNAME, "ip-10-0-0-1").obj()]
-    s = build_snapshot(nodes, [Pod("p").gpus(8).pinned("ip-10-0-0-1").obj()])
+    nodes = [node("ip-10-0-0-1.ec2.internal").label(LABEL_HOSTNAME, "ip-10-0-0-1").build()]
+    s = build_snapshot(nodes, [gpu_pod("p").gpus(8).pinned("ip-10-0-0-1").build()])
     assert s.node("ip-10-0-0-1.ec2.internal").gpus_used == 8
 
 
 def test_ignore_pods_drops_the_replanned_job() -> None:
     pods = [
-        Pod("mine").gpus(8).on("n1").label("trainop.dev/job-name", "bert").obj(),
+        gpu_pod("mine").gpus(8).bound("n1").label("trainop.dev/job-name", "bert").build(),
         busy("n2", 8),
     ]
     s = build_snapshot(
@@ -221,40 +231,40 @@ def test_ignore_pods_drops_the_replanned_job() -> None:
 
 
 def test_gpu_and_extended_resources() -> None:
-    node = (
-        Node("n1")
+    obj = (
+        node("n1")
         .gpus("8")
         .allocatable(DEFAULT_RDMA_RESOURCE, "1k")
         .allocatable("nvidia.com/hostdev", 8)
         .allocatable("hugepages-1Gi", "0")
         .allocatable("example.kubernetes.io/thing", "3")
-        .obj()
+        .build()
     )
-    info = build_snapshot([node]).node("n1")
+    info = build_snapshot([obj]).node("n1")
     assert info.gpus_allocatable == 8
     assert dict(info.extended) == {DEFAULT_RDMA_RESOURCE: 1000, "nvidia.com/hostdev": 8}
     assert info.gpu.product == H100
 
 
 def test_node_without_gpus() -> None:
-    info = build_snapshot([Node("cpu").gpus(None).obj()]).node("cpu")
+    info = build_snapshot([node("cpu").gpus(None).build()]).node("cpu")
     assert (info.gpus_allocatable, info.gpus_free, info.gpu.product) == (0, 0, None)
 
 
 def test_malformed_gpu_quantity_counts_zero() -> None:
-    assert build_snapshot([Node("n1").gpus("eight").obj()]).node("n1").gpus_allocatable == 0
+    assert build_snapshot([node("n1").gpus("eight").build()]).node("n1").gpus_allocatable == 0
 
 
 @pytest.mark.parametrize(
     ("builder", "path"),
     [
         pytest.param(
-            Node("n1").block("b1").rack("r1"),
+            node("n1").block("b1").rack("r1"),
             ((LABEL_BLOCK, "b1"), (LABEL_RACK, "r1"), (LABEL_HOSTNAME, "n1")),
             id="full",
         ),
         pytest.param(
-            Node("n1").block("b1").rack("r1").clique("uuid.3"),
+            node("n1").block("b1").rack("r1").clique("uuid.3"),
             (
                 (LABEL_BLOCK, "b1"),
                 (LABEL_RACK, "r1"),
@@ -264,81 +274,79 @@ def test_malformed_gpu_quantity_counts_zero() -> None:
             id="clique-above-node",
         ),
         pytest.param(
-            Node("n1").rack("r1"),
+            node("n1").rack("r1"),
             ((LABEL_BLOCK, UNLABELLED), (LABEL_RACK, "r1"), (LABEL_HOSTNAME, "n1")),
             id="missing-block",
         ),
         pytest.param(
-            Node("n1"),
+            node("n1"),
             ((LABEL_BLOCK, UNLABELLED), (LABEL_RACK, UNLABELLED), (LABEL_HOSTNAME, "n1")),
             id="no-labels",
         ),
         pytest.param(
-            Node("n1").label(LABEL_HOSTNAME, None).block("b").rack("r"),
+            node("n1").label(LABEL_HOSTNAME, None).block("b").rack("r"),
             ((LABEL_BLOCK, "b"), (LABEL_RACK, "r"), (LABEL_HOSTNAME, "n1")),
             id="hostname-falls-back-to-name",
         ),
     ],
 )
 def test_topology_path(builder: NodeBuilder, path: TopologyPath) -> None:
-    assert build_snapshot([builder.obj()]).node("n1").topology == path
+    assert build_snapshot([builder.build()]).node("n1").topology == path
 
 
 def test_custom_levels() -> None:
     zone = "topology.kubernetes.io/zone"
-    node = Node("n1").label(zone, "z1").rack("r1").obj()
-    info = build_snapshot([node], levels=(zone, LABEL_HOSTNAME)).node("n1")
+    obj = node("n1").label(zone, "z1").rack("r1").build()
+    info = build_snapshot([obj], levels=(zone, LABEL_HOSTNAME)).node("n1")
     assert info.topology == ((zone, "z1"), (LABEL_HOSTNAME, "n1"))
 
 
 @pytest.mark.parametrize(
     ("builder", "schedulable", "reason"),
     [
-        pytest.param(Node("n1"), True, None, id="ready"),
-        pytest.param(Node("n1").not_ready(), False, "not Ready (KubeletNotReady)", id="not-ready"),
-        pytest.param(Node("n1").ready("Unknown", ""), False, "not Ready (Ready=Unknown)", id="unk"),
+        pytest.param(node("n1"), True, None, id="ready"),
+        pytest.param(node("n1").not_ready(), False, "not Ready (KubeletNotReady)", id="not-ready"),
+        pytest.param(node("n1").ready("Unknown", ""), False, "not Ready (Ready=Unknown)", id="unk"),
         pytest.param(
-            Node("n1").no_conditions(),
+            node("n1").no_conditions(),
             False,
             "not Ready (no Ready condition reported)",
             id="no-conditions",
         ),
-        pytest.param(Node("n1").cordoned(), False, "cordoned (spec.unschedulable)", id="cordon"),
+        pytest.param(node("n1").cordoned(), False, "cordoned (spec.unschedulable)", id="cordon"),
         pytest.param(
-            Node("n1").taint("maintenance", "NoSchedule", "true"),
+            node("n1").taint("maintenance", "NoSchedule", "true"),
             False,
             "taint maintenance=true:NoSchedule",
             id="noschedule",
         ),
         pytest.param(
-            Node("n1").taint("dead", "NoExecute"), False, "taint dead:NoExecute", id="noexecute"
+            node("n1").taint("dead", "NoExecute"), False, "taint dead:NoExecute", id="noexecute"
         ),
-        pytest.param(Node("n1").taint(RESOURCE_GPU), True, None, id="gpu-taint-tolerated"),
-        pytest.param(Node("n1").taint("soft", "PreferNoSchedule"), True, None, id="prefer"),
+        pytest.param(node("n1").taint(RESOURCE_GPU), True, None, id="gpu-taint-tolerated"),
+        pytest.param(node("n1").taint("soft", "PreferNoSchedule"), True, None, id="prefer"),
     ],
 )
 def test_schedulable(builder: NodeBuilder, schedulable: bool, reason: str | None) -> None:
-    info = build_snapshot([builder.obj()]).node("n1")
+    info = build_snapshot([builder.build()]).node("n1")
     assert (info.schedulable, info.unschedulable_reason) == (schedulable, reason)
 
 
 def test_tolerated_taint_keys_configurable() -> None:
-    node = Node("n1").taint(RESOURCE_GPU).taint("team", value="nlp").obj()
-    assert not build_snapshot([node]).node("n1").schedulable
-    assert (
-        build_snapshot([node], tolerated_taint_keys=(RESOURCE_GPU, "team")).node("n1").schedulable
-    )
+    obj = node("n1").taint(RESOURCE_GPU).taint("team", value="nlp").build()
+    assert not build_snapshot([obj]).node("n1").schedulable
+    assert build_snapshot([obj], tolerated_taint_keys=(RESOURCE_GPU, "team")).node("n1").schedulable
 
 
 def test_images_and_aliases() -> None:
-    node = (
-        Node("n1")
+    obj = (
+        node("n1")
         .image("nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch@sha256:abc")
         .image("docker.io/library/busybox:1.36")
-        .obj()
+        .build()
     )
-    node["status"]["images"].append({"names": None, "sizeBytes": 1})
-    info = build_snapshot([node]).node("n1")
+    obj["status"]["images"].append({"names": None, "sizeBytes": 1})
+    info = build_snapshot([obj]).node("n1")
     assert "nvcr.io/nvidia/pytorch:24.05-py3" in info.images
     assert info.has_image("nvcr.io/nvidia/pytorch:24.05-py3")
     assert info.has_image("busybox:1.36")
@@ -350,7 +358,7 @@ def test_images_and_aliases() -> None:
 
 
 def test_nodes_sorted_and_lookup() -> None:
-    s = build_snapshot([Node("b").obj(), Node("a").obj()])
+    s = build_snapshot([node("b").build(), node("a").build()])
     assert [n.name for n in s.nodes] == ["a", "b"]
     assert s.node("b").name == "b" and "a" in s and s.get("zz") is None
     with pytest.raises(KeyError):
@@ -359,16 +367,16 @@ def test_nodes_sorted_and_lookup() -> None:
 
 def test_duplicate_and_nameless_nodes_rejected() -> None:
     with pytest.raises(ValueError, match="duplicate"):
-        build_snapshot([Node("a").obj(), Node("a").obj()])
+        build_snapshot([node("a").build(), node("a").build()])
     with pytest.raises(ValueError, match=r"metadata\.name"):
         build_snapshot([{"metadata": {}}])
 
 
 def test_domains_keyed_by_path() -> None:
     nodes = [
-        Node("n1").block("b1").rack("1").obj(),
-        Node("n2").block("b2").rack("1").obj(),
-        Node("n3").block("b2").rack("1").clique("c.1").obj(),
+        node("n1").block("b1").rack("1").build(),
+        node("n2").block("b2").rack("1").build(),
+        node("n3").block("b2").rack("1").clique("c.1").build(),
     ]
     s = build_snapshot(nodes)
     racks = s.domains(LABEL_RACK)
@@ -383,11 +391,11 @@ def test_domains_keyed_by_path() -> None:
 
 def test_free_gpus_by_product() -> None:
     nodes = [
-        Node("h1").obj(),
-        Node("h2").not_ready().obj(),
-        Node("a1").product(A100).gpus(4).obj(),
-        Node("x").product(None).obj(),
-        Node("cpu").gpus(None).obj(),
+        node("h1").build(),
+        node("h2").not_ready().build(),
+        node("a1").product(A100).gpus(4).build(),
+        node("x").product(None).build(),
+        node("cpu").gpus(None).build(),
     ]
     s = snap(nodes, used={"h1": 3})
     assert dict(s.free_gpus_by_product()) == {A100: 4, H100: 5, "unknown": 8}

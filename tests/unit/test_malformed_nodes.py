@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.builders import NOW, job
+from tests.builders import NOW, job
 from trainop.api import constants as c
 from trainop.catalog import check_node, gpu_facts_from_labels, load_catalog
 from trainop.cluster.fleet import load_fleet, node_manifests

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.unit.jobs import env_of, pinned_node, walk
+from tests.unit.manifest_helpers import env_of, pinned_node, walk
 from trainop.api import constants as c
 from trainop.manifests import (
     JobRef,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.placement_fleet import A100, H100, V100, Node, Pod, grid, snap
+from tests.builders import A100, H100, V100, gpu_pod, grid, node, snap
 from trainop.api.constants import LABEL_BLOCK, LABEL_GPU_CLIQUE, LABEL_HOSTNAME, LABEL_RACK
 from trainop.inventory import UNLABELLED, NodeInfo, build_snapshot
 from trainop.placement import (
@@ -41,7 +41,7 @@ def gang(
 def racks(*spec: tuple[str, int], block: str = "b0", product: str = H100) -> list[dict]:
     """racks(("rack-h100-1", 4), ...) -> nodes <rack>-n<i> in one block."""
     return [
-        Node(f"{rack}-n{i}").rack(rack).block(block).product(product).obj()
+        node(f"{rack}-n{i}").rack(rack).block(block).product(product).build()
         for rack, count in spec
         for i in range(count)
     ]
@@ -49,7 +49,7 @@ def racks(*spec: tuple[str, int], block: str = "b0", product: str = H100) -> lis
 
 def clique_rack() -> list[dict]:
     """One rack of 8 nodes in two NVLink cliques: c.0 = n0..n3, c.1 = n4..n7."""
-    return [Node(f"n{i}").rack("r1").block("b0").clique(f"c.{i // 4}").obj() for i in range(8)]
+    return [node(f"n{i}").rack("r1").block("b0").clique(f"c.{i // 4}").build() for i in range(8)]
 
 
 def driver_check(node: NodeInfo) -> str | None:
@@ -130,7 +130,7 @@ CASES = {
         "room for only 1 x 8 GPUs on single nodes",
     ),
     "mixed-sizes-that-do-not-pack": Case(
-        [Node(f"n{i}").obj() for i in range(3)],
+        [node(f"n{i}").build() for i in range(3)],
         gang(1, 3, extra=(GroupRequest("Evaluator", 1, 2),)),
         used={"n0": 7, "n1": 7, "n2": 5},
         nofit="needs 1 x 3 + 1 x 2 GPUs (5); the 5 free GPUs on eligible nodes are too "
@@ -173,28 +173,28 @@ CASES = {
         nodes_used=["a-n0", "a-n1"],
     ),
     "gpu-products-match-nothing": Case(
-        racks(("h", 4)) + racks(("a", 2), product=A100) + [Node("cpu").gpus(None).obj()],
+        racks(("h", 4)) + racks(("a", 2), product=A100) + [node("cpu").gpus(None).build()],
         gang(1, 8, gpu_products=(V100,)),
         nofit=f"gpuProducts [{V100}] matches no node; products present: {A100} (2 nodes), "
         f"{H100} (4 nodes)",
     ),
     "node-filter-rejects-all": Case(
-        [Node(f"n{i}").driver("535.104.12").obj() for i in range(3)],
+        [node(f"n{i}").driver("535.104.12").build() for i in range(3)],
         gang(1, 8, node_filter=driver_check),
         nofit_starts="no node can run the job: 3 nodes fail the node filter: driver 535.104.12 is "
         "older than 550.54.14 needed by CUDA 12.4",
         details_contain=["node filter (3 nodes): driver 535.104.12"],
     ),
     "node-filter-rejects-some": Case(
-        [Node("old").driver("535.104.12").obj(), Node("new").driver("550.90.07").obj()],
+        [node("old").driver("535.104.12").build(), node("new").driver("550.90.07").build()],
         gang(1, 8, node_filter=driver_check),
         nodes_used=["new"],
     ),
     "nothing-schedulable": Case(
         [
-            Node("n1").not_ready().obj(),
-            Node("n2").cordoned().obj(),
-            Node("cpu").gpus(None).obj(),
+            node("n1").not_ready().build(),
+            node("n2").cordoned().build(),
+            node("cpu").gpus(None).build(),
         ],
         gang(1, 8),
         nofit="no node can run the job: 2 nodes are not schedulable (n1: not Ready "
@@ -202,7 +202,7 @@ CASES = {
         details_contain=["not schedulable (1 node): cordoned (spec.unschedulable) (n2)"],
     ),
     "unschedulable-nodes-avoided": Case(
-        [Node("a").taint("maintenance").obj(), Node("b").obj()],
+        [node("a").taint("maintenance").build(), node("b").build()],
         gang(1, 8),
         nodes_used=["b"],
     ),
@@ -225,18 +225,18 @@ CASES = {
     ),
     "image-preferred-rack": Case(
         racks(("r1", 2))
-        + [Node(f"r2-n{i}").rack("r2").block("b0").image("img:1").obj() for i in range(2)],
+        + [node(f"r2-n{i}").rack("r2").block("b0").image("img:1").build() for i in range(2)],
         gang(2, 8, "rack", image="img:1"),
         nodes_used=["r2-n0", "r2-n1"],
         explains=["2 of 2 nodes already hold the image"],
     ),
     "image-preferred-node": Case(
-        [Node("a").obj(), Node("b").image("img:1").obj()],
+        [node("a").build(), node("b").image("img:1").build()],
         gang(1, 8, image="img:1"),
         nodes_used=["b"],
     ),
     "fit-beats-image": Case(
-        [Node("a").image("img:1").obj(), Node("b").obj()],
+        [node("a").image("img:1").build(), node("b").build()],
         gang(1, 4, image="img:1"),
         used={"b": 4},
         nodes_used=["b"],
@@ -298,7 +298,7 @@ CASES = {
         span={"node": 6, "clique": 0, "rack": 4, "block": 2},
     ),
     "unlabelled-nodes-form-one-rack": Case(
-        [Node(f"n{i}").obj() for i in range(3)],
+        [node(f"n{i}").build() for i in range(3)],
         gang(3, 8, "rack"),
         level="rack",
         explains=[f"in rack {UNLABELLED}/{UNLABELLED}"],
@@ -319,7 +319,7 @@ CASES = {
     "pinned-gated-pod-reserves-its-node": Case(
         grid(1, 1, 2),
         gang(1, 8),
-        pods=[Pod("other-worker-0").gpus(8).pinned("n-b0-r0-0").obj()],
+        pods=[gpu_pod("other-worker-0").gpus(8).pinned("n-b0-r0-0").build()],
         nodes_used=["n-b0-r0-1"],
     ),
     "partial-nodes-filled-whole": Case(
@@ -464,7 +464,7 @@ def test_level_names() -> None:
 
 
 def test_rack_request_without_rack_level_caps_at_cluster() -> None:
-    nodes = [Node(f"n{i}").obj() for i in range(3)]
+    nodes = [node(f"n{i}").build() for i in range(3)]
     s = build_snapshot(nodes, levels=(LABEL_HOSTNAME,))
     result = place(s, gang(3, 8, "rack"))
     assert isinstance(result, Placement) and result.level == "cluster"
@@ -508,7 +508,7 @@ def test_node_filter_is_called_once_per_candidate_node() -> None:
         calls.append(node.name)
         return None
 
-    nodes = [*grid(1, 1, 3), Node("cpu").gpus(None).obj(), Node("down").not_ready().obj()]
+    nodes = [*grid(1, 1, 3), node("cpu").gpus(None).build(), node("down").not_ready().build()]
     place(snap(nodes), gang(1, 8, node_filter=record))
     assert calls == ["n-b0-r0-0", "n-b0-r0-1", "n-b0-r0-2"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.placement_fleet import A100, H100, T4, V100, grid, snap
+from tests.builders import A100, H100, T4, V100, grid, snap
 from trainop.api.fabricprofile import FabricProfile
 from trainop.inventory import NodeInfo
 from trainop.placement import GangRequest, GroupRequest, Placement, level_names, place

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.placement_fleet import Node
+from tests.builders import node
 from trainop.api.constants import LABEL_BLOCK, LABEL_GPU_CLIQUE, LABEL_RACK
 from trainop.inventory import NodeInfo, Snapshot, build_snapshot
 from trainop.placement import GangRequest, GroupRequest, NoFit, Placement, place
@@ -28,12 +28,12 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             for n in range(draw(st.integers(1, 4))):
                 name = f"n{b}{r}{n}"
                 gpus = draw(st.sampled_from([4, 8]))
-                builder = Node(name).gpus(str(gpus)).block(f"b{b}").rack(f"r{b}{r}")
+                builder = node(name).gpus(str(gpus)).block(f"b{b}").rack(f"r{b}{r}")
                 if cliques:
                     builder.clique(f"c{b}{r}.{n // 2}")
                 if draw(st.integers(0, 9)) == 0:
                     builder.not_ready()
-                nodes.append(builder.obj())
+                nodes.append(builder.build())
                 used[name] = draw(st.sampled_from([0, 0, 0, 1, 2, 4, 8]))
     s = build_snapshot(nodes)
     return s.with_reserved({k: min(v, s.node(k).gpus_free) for k, v in used.items()})

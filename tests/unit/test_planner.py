@@ -8,17 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.jobs import (
-    Job,
-    env_of,
-    example,
-    fleet_nodes,
-    fleet_snapshot,
-    gpu_pod,
-    job_examples,
-    node_product,
-    pinned_node,
-)
+from tests.builders import JobBuilder, busy, fleet_nodes, fleet_snapshot, job, node_product
+from tests.unit.manifest_helpers import env_of, example, job_examples, pinned_node
 from trainop.api import constants as c
 from trainop.inventory import build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
@@ -49,8 +40,8 @@ def host(pod: dict[str, Any]) -> str:
     )
 
 
-def pytorch(replicas: int = 4, gpus: int = 8, **kw: Any) -> Job:
-    return Job("bert").framework("pytorch", "2.4").cuda("12.4").workers(replicas, gpus, **kw)
+def pytorch(replicas: int = 4, gpus: int = 8, **kw: Any) -> JobBuilder:
+    return job("bert").workers(replicas, gpus, **kw)
 
 
 @pytest.mark.parametrize("name", job_examples())
@@ -63,7 +54,7 @@ def test_every_example_plans(name: str) -> None:
 
 
 def test_pytorch_env_is_consistent() -> None:
-    p = plan(pytorch(4, 8).placement("block", "Preferred").obj())
+    p = plan(pytorch(4, 8).placement("block", "Preferred").build())
     pods = list(p.pods)
     envs = [env_of(pod) for pod in pods]
     ranks = sorted(int(e[c.ENV_PET_NODE_RANK]) for e in envs)
@@ -81,7 +72,7 @@ def test_pytorch_env_is_consistent() -> None:
 def test_pytorch_node_rank_follows_topology_not_pod_index() -> None:
     """Ranks come from placement (topology order); each pod's rank annotation and
     PET_NODE_RANK agree."""
-    p = plan(pytorch(6, 8).placement("block", "Preferred").obj())
+    p = plan(pytorch(6, 8).placement("block", "Preferred").build())
     for pod in p.pods:
         assert env_of(pod)[c.ENV_PET_NODE_RANK] == pod["metadata"]["annotations"][c.ANNOTATION_RANK]
 
@@ -123,7 +114,7 @@ def test_mpi_hostfile_lists_every_worker() -> None:
 
 
 def test_rdma_nodes_get_rdma_resource_ipc_lock_and_shm() -> None:
-    p = plan(pytorch(2, 8).placement("rack").obj())
+    p = plan(pytorch(2, 8).placement("rack").build())
     for pod in p.pods:
         node = pinned_node(pod)
         assert node is not None and node_product(node) in (H100, A100)
@@ -140,12 +131,7 @@ def test_rdma_nodes_get_rdma_resource_ipc_lock_and_shm() -> None:
 
 def test_t4_tcp_nodes_disable_ib() -> None:
     body = (
-        Job("t4")
-        .framework("pytorch")
-        .cuda("12.0")
-        .workers(2, 4)
-        .placement("rack", products=[T4])
-        .obj()
+        job("t4", version=None, cuda="12.0").workers(2, 4).placement("rack", products=[T4]).build()
     )
     p = plan(body)
     assert len(p.placement.nodes) == 2
@@ -160,18 +146,16 @@ def test_t4_tcp_nodes_disable_ib() -> None:
 def test_cuda_13_lands_on_h100_only() -> None:
     for replicas in (1, 2, 4, 12):
         p = plan(
-            Job("c13")
-            .framework("pytorch")
-            .cuda("13.0")
+            job("c13", version=None, cuda="13.0")
             .workers(replicas, 8)
             .placement("rack", "Preferred")
-            .obj()
+            .build()
         )
         assert {node_product(n) for n in p.placement.nodes} == {H100}, replicas
 
 
 def test_cuda_13_beyond_the_h100s_waits() -> None:
-    w = wait(Job("c13").framework("pytorch").cuda("13.0").workers(17, 8).obj())
+    w = wait(job("c13", version=None, cuda="13.0").workers(17, 8).build())
     assert w.reason == "NoFit"
 
 
@@ -179,18 +163,13 @@ def test_gpu_products_drive_the_image_choice() -> None:
     """An A100-only job with CUDA 12.4 runs on the A100s: the image is chosen among what the
     allowed nodes can run, not what some H100 can."""
     p = plan(
-        Job("a")
-        .framework("pytorch")
-        .cuda("12.4")
-        .workers(2, 8)
-        .placement("rack", products=[A100])
-        .obj()
+        job("a", version=None, cuda="12.4").workers(2, 8).placement("rack", products=[A100]).build()
     )
     assert {node_product(n) for n in p.placement.nodes} == {A100}
 
 
 def test_rack_required_beyond_any_rack_waits_naming_the_rack() -> None:
-    w = wait(pytorch(20, 8).placement("rack", "Required").obj())
+    w = wait(pytorch(20, 8).placement("rack", "Required").build())
     assert w.reason == "NoFit"
     assert "in one rack (Required)" in w.message
     assert "largest rack" in w.message and "rack-h100-" in w.message
@@ -198,18 +177,13 @@ def test_rack_required_beyond_any_rack_waits_naming_the_rack() -> None:
 
 
 def test_rack_preferred_spans_racks() -> None:
-    p = plan(pytorch(16, 8).placement("rack", "Preferred").obj())
+    p = plan(pytorch(16, 8).placement("rack", "Preferred").build())
     assert p.placement.span["rack"] == 2 and p.placement.span["node"] == 16
 
 
 def test_v100_only_with_cuda_12_waits_incompatible() -> None:
     body = (
-        Job("v")
-        .framework("pytorch")
-        .cuda("12.4")
-        .workers(1, 8)
-        .placement("node", products=[V100])
-        .obj()
+        job("v", version=None, cuda="12.4").workers(1, 8).placement("node", products=[V100]).build()
     )
     w = wait(body)
     assert w.reason == "Incompatible"
@@ -218,12 +192,7 @@ def test_v100_only_with_cuda_12_waits_incompatible() -> None:
 
 def test_v100_only_with_cuda_12_names_the_driver() -> None:
     body = (
-        Job("v")
-        .framework("pytorch")
-        .cuda("12.4")
-        .workers(1, 8)
-        .placement("node", products=[V100])
-        .obj()
+        job("v", version=None, cuda="12.4").workers(1, 8).placement("node", products=[V100]).build()
     )
     w = wait(body)
     assert "418.87.01" in w.message and "driver" in w.message
@@ -249,16 +218,16 @@ def test_invalid_jobs_name_the_field(mutate: Any, field: str) -> None:
     job = pytorch(2, 8)
     mutate(job)
     with pytest.raises(InvalidJob) as err:
-        plan_job(job.obj(), fleet_snapshot(), CONFIG)
+        plan_job(job.build(), fleet_snapshot(), CONFIG)
     assert err.value.field == field, err.value
 
 
 def test_used_gpus_move_the_gang() -> None:
     """Pods holding the A100s push a rack-Required 2 x 8 job onto an H100 rack."""
-    busy = [gpu_pod(f"other-{i}", f"a100-0{i}") for i in range(1, 5)]
-    free = plan(pytorch(2, 8).placement("rack").obj())
+    taken = [busy(f"a100-0{i}", 8, f"other-{i}") for i in range(1, 5)]
+    free = plan(pytorch(2, 8).placement("rack").build())
     assert {node_product(n) for n in free.placement.nodes} == {A100}
-    moved = plan(pytorch(2, 8).placement("rack").obj(), pods=busy)
+    moved = plan(pytorch(2, 8).placement("rack").build(), pods=taken)
     assert {node_product(n) for n in moved.placement.nodes} == {H100}
 
 
@@ -300,7 +269,7 @@ def test_user_env_and_resources_survive_planning() -> None:
             ]
         }
     }
-    p = plan(pytorch(2, 8, template=template).placement("rack").obj())
+    p = plan(pytorch(2, 8, template=template).placement("rack").build())
     for pod in p.pods:
         env = env_of(pod)
         assert env["NCCL_IB_HCA"] == "=mlx5_0" and env["NCCL_DEBUG"] == "INFO"

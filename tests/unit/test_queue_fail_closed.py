@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.jobs import Job, fleet_snapshot
-from tests.unit.queueing_builders import H100
+from tests.builders import H100, busy, fleet_snapshot, job, queue
 from trainop.planner import OperatorConfig
 from trainop.queueing import BUILTIN_QUEUE_NAME, QueueConfigError, resolve_queue
 from trainop.queueing.cluster import PassResult, admission_pass, load_queues
@@ -21,22 +20,19 @@ CONFIG = OperatorConfig()
 TWICE = [{"products": [H100], "gpus": 8}, {"name": "b", "products": [H100], "gpus": 8}]
 
 
-def queue(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+def queue_doc(name: str, **spec: Any) -> dict[str, Any]:
+    """A TrainingQueue with these spec fields, as they are (valid or not)."""
+    builder = queue(name)
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.build()
 
 
 def body(name: str, ns: str = "team-a", queue_name: str | None = None, **tmpl: Any) -> dict:
-    j = Job(name, ns).framework("pytorch", "2.4").cuda("12.4").workers(1, 8, tmpl or None)
+    j = job(name, namespace=ns).workers(1, 8, tmpl or None)
     if queue_name:
         j.set("queue", queue_name)
-    out = j.obj()
-    out["metadata"].update(uid=f"uid-{name}", creationTimestamp="2025-06-01T11:00:00Z")
-    return out
+    return j.meta(creationTimestamp="2025-06-01T11:00:00Z").build()
 
 
 def run_pass(queues: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> PassResult:
@@ -49,56 +45,56 @@ PRIVILEGED = {"spec": {"containers": [{"name": "t", "securityContext": {"privile
 CASES = [
     (
         "broken-default-queue-blocks-its-namespace",
-        [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
+        [queue_doc("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
         body("j"),
         "nlp",
         QUEUE_INVALID,
     ),
     (
         "named-broken-queue-blocks",
-        [queue("nlp", namespaces=["team-a"], quotas=TWICE)],
+        [queue_doc("nlp", namespaces=["team-a"], quotas=TWICE)],
         body("j", queue_name="nlp"),
         "nlp",
         QUEUE_INVALID,
     ),
     (
         "privileged-pod-does-not-slip-through-to-the-builtin-queue",
-        [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
+        [queue_doc("nlp", namespaces=["team-a"], default=True, quotas=TWICE)],
         body("j", **PRIVILEGED),
         "nlp",
         QUEUE_INVALID,
     ),
     (
         "broken-queue-by-selector-still-claims-its-namespaces",
-        [queue("nlp", namespaceSelector={"matchLabels": {}}, default=True, weight=0)],
+        [queue_doc("nlp", namespaceSelector={"matchLabels": {}}, default=True, weight=0)],
         body("j"),
         "nlp",
         QUEUE_INVALID,
     ),
     (
         "other-namespaces-unaffected",
-        [queue("nlp", namespaces=["team-b"], default=True, quotas=TWICE)],
+        [queue_doc("nlp", namespaces=["team-b"], default=True, quotas=TWICE)],
         body("j"),
         BUILTIN_QUEUE_NAME,
         None,
     ),
     (
         "healthy-queue-admits",
-        [queue("nlp", namespaces=["team-a"], default=True, quotas=[{"gpus": 64}])],
+        [queue_doc("nlp", namespaces=["team-a"], default=True, quotas=[{"gpus": 64}])],
         body("j"),
         "nlp",
         None,
     ),
     (
         "queue-of-another-namespace-refused",
-        [queue("nlp", namespaces=["team-b"], quotas=[{"gpus": 64}])],
+        [queue_doc("nlp", namespaces=["team-b"], quotas=[{"gpus": 64}])],
         body("j", queue_name="nlp"),
         "nlp",
         "Policy",
     ),
     (
         "privileged-refused-by-a-healthy-queue",
-        [queue("nlp", namespaces=["team-a"], default=True)],
+        [queue_doc("nlp", namespaces=["team-a"], default=True)],
         body("j", **PRIVILEGED),
         "nlp",
         "Policy",
@@ -126,9 +122,8 @@ def test_fail_closed(
 
 
 def test_running_job_of_a_queue_that_breaks_keeps_running() -> None:
-    from tests.unit.jobs import gpu_pod
 
-    pod = gpu_pod("j-worker-0", "a100-01")
+    pod = busy("a100-01", 8, "j-worker-0")
     pod["metadata"].update(
         namespace="team-a",
         labels={"trainop.dev/job-name": "j"},
@@ -136,7 +131,7 @@ def test_running_job_of_a_queue_that_breaks_keeps_running() -> None:
     )
     job = body("j")
     job["status"] = {"phase": "Running", "startTime": "2025-06-01T11:30:00Z"}
-    q = [queue("nlp", namespaces=["team-a"], default=True, quotas=TWICE)]
+    q = [queue_doc("nlp", namespaces=["team-a"], default=True, quotas=TWICE)]
     result = admission_pass(
         NOW, [job], {"team-a/j": [pod]}, q, {}, {}, fleet_snapshot([pod]), CONFIG
     )
@@ -145,14 +140,14 @@ def test_running_job_of_a_queue_that_breaks_keeps_running() -> None:
 
 def test_broken_queue_serving_part_read_leniently() -> None:
     err = QueueConfigError("nlp", "spec.weight", "bad")
-    q = broken_queue(queue("nlp", namespaces=["a", 3], default=True), err)
+    q = broken_queue(queue_doc("nlp", namespaces=["a", 3], default=True), err)
     assert (q.namespaces, q.default, q.namespace_selector, q.error) == (("a",), True, None, err)
     assert broken_queue({"metadata": {"name": "x"}, "spec": "junk"}, err).namespaces == ()
     assert resolve_queue("a", None, [q]).name == "nlp"
 
 
 def test_load_queues_keeps_broken_ones_by_name() -> None:
-    queues, broken = load_queues([queue("ok"), queue("bad", quotas=TWICE)])
+    queues, broken = load_queues([queue_doc("ok"), queue_doc("bad", quotas=TWICE)])
     assert [q.name for q in queues] == ["ok", "bad"]
     assert list(broken) == ["bad"] and broken["bad"].field == "spec.quotas[1].products"
 
@@ -166,8 +161,8 @@ def test_jobs_with_a_missing_priority_class_take_no_admission_slot() -> None:
 
 def test_queue_statuses_active_condition() -> None:
     stored = {
-        "ok": queue("ok", namespaces=["team-a"], default=True),
-        "bad": queue("bad", namespaces=["team-b"], default=True, quotas=TWICE),
+        "ok": queue_doc("ok", namespaces=["team-a"], default=True),
+        "bad": queue_doc("bad", namespaces=["team-b"], default=True, quotas=TWICE),
     }
     jobs = [body("j"), body("k", ns="team-b")]
     result = run_pass(list(stored.values()), jobs)
@@ -182,23 +177,22 @@ def test_queue_statuses_active_condition() -> None:
 
 
 def test_queue_condition_keeps_its_transition_time_until_it_flips() -> None:
-    stored = {"bad": queue("bad", quotas=TWICE)}
+    stored = {"bad": queue_doc("bad", quotas=TWICE)}
     result = run_pass(list(stored.values()), [])
     first = queue_statuses(result.decisions, result.broken, stored, NOW)["bad"]
     later = datetime(2025, 6, 1, 13, 0, 0)
     stored["bad"]["status"] = first
     again = queue_statuses(result.decisions, result.broken, stored, later)["bad"]
     assert again == first  # nothing to patch
-    fixed = {"bad": {**queue("bad"), "status": first}}
+    fixed = {"bad": {**queue_doc("bad"), "status": first}}
     healed = queue_statuses(run_pass([fixed["bad"]], []).decisions, {}, fixed, later)["bad"]
     assert healed["conditions"][0]["status"] == "True"
     assert healed["conditions"][0]["lastTransitionTime"] == "2025-06-01T13:00:00Z"
 
 
 def test_a_running_gang_whose_priority_class_vanished_stays_charged() -> None:
-    from tests.unit.jobs import gpu_pod
 
-    pod = gpu_pod("j-worker-0", "a100-01")
+    pod = busy("a100-01", 8, "j-worker-0")
     pod["metadata"].update(namespace="team-a", ownerReferences=[{"uid": "uid-j"}])
     job = body("j")
     job["spec"]["priorityClassName"] = "gone"

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.queueing_builders import A100, H100, J, Q, decide, nodes, snapshot_for
+from tests.builders import A100, H100, queue, small_fleet, workload
+from tests.unit.queueing_harness import decide, snapshot_for
 from trainop.inventory import Snapshot
 from trainop.queueing import (
     Decisions,
@@ -30,7 +31,7 @@ class Case:
     queues: list[QueueState]
     jobs: list[QueuedJob]
     expect: dict[str, str]
-    fleet: list[dict[str, Any]] = field(default_factory=nodes)
+    fleet: list[dict[str, Any]] = field(default_factory=small_fleet)
     now: float = 100.0
     other_used: dict[str, int] = field(default_factory=dict)
     says: dict[str, str] = field(default_factory=dict)  # key -> part of its message
@@ -70,24 +71,27 @@ def run_table(cases: dict[str, Case]) -> Any:
 
 
 # --- quota -------------------------------------------------------------------------------
-NLP16 = Q("nlp").quota("h100", 16, H100).obj()
+NLP16 = queue("nlp").quota("h100", 16, H100).state()
 
 QUOTA_CASES = {
     "fits-nominal": Case(
         [NLP16],
-        [J("nlp/a", "nlp", 16).obj()],
+        [workload("nlp/a", "nlp", 16).build()],
         {"nlp/a": "Admit"},
         borrowed={"nlp/a": 0},
         group={"nlp/a": "h100"},
     ),
     "exactly-nominal": Case(
         [NLP16],
-        [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
+        [workload("nlp/r", "nlp", 8).running_on("h0").build(), workload("nlp/a", "nlp", 8).build()],
         {"nlp/r": "Keep", "nlp/a": "Admit"},
     ),
     "over-nominal-without-cohort": Case(
         [NLP16],
-        [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 16).obj()],
+        [
+            workload("nlp/r", "nlp", 8).running_on("h0").build(),
+            workload("nlp/a", "nlp", 16).build(),
+        ],
         {"nlp/a": "Wait:Quota"},
         says={
             "nlp/a": "uses 8 of its 16 h100 GPUs and the job needs 16: 8 over its quota, "
@@ -95,46 +99,46 @@ QUOTA_CASES = {
         },
     ),
     "zero-quota": Case(
-        [Q("nlp").quota("h100", 0, H100).obj()],
-        [J("nlp/a", "nlp", 8).obj()],
+        [queue("nlp").quota("h100", 0, H100).state()],
+        [workload("nlp/a", "nlp", 8).build()],
         {"nlp/a": "Wait:Quota"},
     ),
     "product-without-quota": Case(
         [NLP16],
-        [J("nlp/a", "nlp", 8).products(A100).obj()],
+        [workload("nlp/a", "nlp", 8).products(A100).build()],
         {"nlp/a": "Wait:Quota"},
-        fleet=nodes(h100=2, a100=2),
+        fleet=small_fleet(h100=2, a100=2),
         says={"nlp/a": "has no quota for the GPU products"},
     ),
     "max-running-jobs": Case(
-        [Q("nlp").quota("h100", 32, H100).set(max_running_jobs=1).obj()],
-        [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
+        [queue("nlp").quota("h100", 32, H100).policy(maxRunningJobs=1).state()],
+        [workload("nlp/r", "nlp", 8).running_on("h0").build(), workload("nlp/a", "nlp", 8).build()],
         {"nlp/a": "Wait:Quota"},
         says={"nlp/a": "maxRunningJobs"},
     ),
     "unlimited-admits-on-fit": Case(
-        [Q("free").obj()], [J("free/a", "free", 32).obj()], {"free/a": "Admit"}
+        [queue("free").state()], [workload("free/a", "free", 32).build()], {"free/a": "Admit"}
     ),
     "unlimited-waits-on-fit": Case(
-        [Q("free").obj()], [J("free/a", "free", 40).obj()], {"free/a": "Wait:NoFit"}
+        [queue("free").state()], [workload("free/a", "free", 40).build()], {"free/a": "Wait:NoFit"}
     ),
     "quota-fits-placement-does-not": Case(
-        [Q("nlp").quota("h100", 64, H100).obj()],
-        [J("nlp/a", "nlp", 40).obj()],
+        [queue("nlp").quota("h100", 64, H100).state()],
+        [workload("nlp/a", "nlp", 40).build()],
         {"nlp/a": "Wait:NoFit"},
     ),
     "next-group-when-first-is-full": Case(
-        [Q("nlp").quota("h100", 8, H100).quota("a100", 16, A100).obj()],
-        [J("nlp/r", "nlp", 8).running_on("h0").obj(), J("nlp/a", "nlp", 8).obj()],
+        [queue("nlp").quota("h100", 8, H100).quota("a100", 16, A100).state()],
+        [workload("nlp/r", "nlp", 8).running_on("h0").build(), workload("nlp/a", "nlp", 8).build()],
         {"nlp/a": "Admit"},
-        fleet=nodes(h100=2, a100=2),
+        fleet=small_fleet(h100=2, a100=2),
         group={"nlp/a": "a100"},
     ),
     "any-group-takes-unnamed-products": Case(
-        [Q("nlp").quota("h100", 8, H100).quota("rest", 16).obj()],
-        [J("nlp/a", "nlp", 16).obj()],
+        [queue("nlp").quota("h100", 8, H100).quota("rest", 16).state()],
+        [workload("nlp/a", "nlp", 16).build()],
         {"nlp/a": "Admit"},
-        fleet=nodes(h100=2, a100=2),
+        fleet=small_fleet(h100=2, a100=2),
         group={"nlp/a": "rest"},
     ),
 }
@@ -157,54 +161,63 @@ def pool(
     nlp_limit: int | None = None, vision_group: str = "h100", vision_cohort: str = "pool"
 ) -> list[QueueState]:
     return [
-        Q("nlp").quota("h100", 16, H100, limit=nlp_limit).cohort("pool").obj(),
-        Q("vision").quota(vision_group, 16, H100).cohort(vision_cohort).obj(),
+        queue("nlp").quota("h100", 16, H100, limit=nlp_limit).cohort("pool").state(),
+        queue("vision").quota(vision_group, 16, H100).cohort(vision_cohort).state(),
     ]
 
 
 BORROW_CASES = {
     "borrow-idle-quota": Case(
         pool(),
-        [J("nlp/a", "nlp", 24).obj()],
+        [workload("nlp/a", "nlp", 24).build()],
         {"nlp/a": "Admit"},
         borrowed={"nlp/a": 8},
         says={"nlp/a": "8 of them borrowed"},
     ),
     "borrow-within-limit": Case(
-        pool(nlp_limit=8), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Admit"}, borrowed={"nlp/a": 8}
+        pool(nlp_limit=8),
+        [workload("nlp/a", "nlp", 24).build()],
+        {"nlp/a": "Admit"},
+        borrowed={"nlp/a": 8},
     ),
     "borrow-over-limit": Case(
         pool(nlp_limit=4),
-        [J("nlp/a", "nlp", 24).obj()],
+        [workload("nlp/a", "nlp", 24).build()],
         {"nlp/a": "Wait:Quota"},
         says={"nlp/a": "it would borrow 8, above its borrowingLimit of 4"},
     ),
     "lender-busy": Case(
         pool(),
-        [J("vision/v", "vision", 16).running_on("h2", "h3").obj(), J("nlp/a", "nlp", 24).obj()],
+        [
+            workload("vision/v", "vision", 16).running_on("h2", "h3").build(),
+            workload("nlp/a", "nlp", 24).build(),
+        ],
         {"vision/v": "Keep", "nlp/a": "Wait:Quota"},
         says={"nlp/a": "cohort pool has no idle h100 GPUs to lend"},
     ),
     "lender-partly-busy": Case(
         pool(),
-        [J("vision/v", "vision", 8).running_on("h3").obj(), J("nlp/a", "nlp", 32).obj()],
+        [
+            workload("vision/v", "vision", 8).running_on("h3").build(),
+            workload("nlp/a", "nlp", 32).build(),
+        ],
         {"nlp/a": "Wait:Quota"},
         says={"nlp/a": "has only 8 idle h100 GPUs"},
     ),
     "groups-lend-by-name-only": Case(
-        pool(vision_group="gpu"), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Wait:Quota"}
+        pool(vision_group="gpu"), [workload("nlp/a", "nlp", 24).build()], {"nlp/a": "Wait:Quota"}
     ),
     "no-lending-across-cohorts": Case(
-        pool(vision_cohort="other"), [J("nlp/a", "nlp", 24).obj()], {"nlp/a": "Wait:Quota"}
+        pool(vision_cohort="other"), [workload("nlp/a", "nlp", 24).build()], {"nlp/a": "Wait:Quota"}
     ),
     "within-nominal-group-before-borrowing": Case(
         [
-            Q("nlp").quota("h100", 8, H100).quota("a100", 16, A100).cohort("pool").obj(),
-            Q("vision").quota("h100", 16, H100).cohort("pool").obj(),
+            queue("nlp").quota("h100", 8, H100).quota("a100", 16, A100).cohort("pool").state(),
+            queue("vision").quota("h100", 16, H100).cohort("pool").state(),
         ],
-        [J("nlp/a", "nlp", 16).obj()],
+        [workload("nlp/a", "nlp", 16).build()],
         {"nlp/a": "Admit"},
-        fleet=nodes(h100=2, a100=2),
+        fleet=small_fleet(h100=2, a100=2),
         group={"nlp/a": "a100"},
         borrowed={"nlp/a": 0},
     ),
@@ -219,61 +232,67 @@ def test_borrowing(case: Case) -> None:
 # --- fair share across queues --------------------------------------------------------------------
 FAIR_CASES = {
     "lower-share-first": Case(
-        [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
+        [queue("a").quota("h100", 16, H100).state(), queue("b").quota("h100", 16, H100).state()],
         [
-            J("a/r", "a", 8).running_on("h0").obj(),
-            J("a/x", "a", 8).created(0).obj(),
-            J("b/y", "b", 8).created(10).obj(),
+            workload("a/r", "a", 8).running_on("h0").build(),
+            workload("a/x", "a", 8).created(0).build(),
+            workload("b/y", "b", 8).created(10).build(),
         ],
         {"b/y": "Admit", "a/x": "Wait:NoFit"},
-        fleet=nodes(h100=2),
+        fleet=small_fleet(h100=2),
     ),
     "weight-discounts-usage": Case(
-        [Q("a").quota("h100", 16, H100).weight(4).obj(), Q("b").quota("h100", 16, H100).obj()],
         [
-            J("a/r", "a", 8).running_on("h0").obj(),
-            J("b/r", "b", 4).running_on("h1").obj(),
-            J("a/x", "a", 8).created(10).obj(),
-            J("b/y", "b", 8).created(0).obj(),
+            queue("a").quota("h100", 16, H100).weight(4).state(),
+            queue("b").quota("h100", 16, H100).state(),
+        ],
+        [
+            workload("a/r", "a", 8).running_on("h0").build(),
+            workload("b/r", "b", 4).running_on("h1").build(),
+            workload("a/x", "a", 8).created(10).build(),
+            workload("b/y", "b", 8).created(0).build(),
         ],
         {"a/x": "Admit", "b/y": "Wait:NoFit"},
-        fleet=nodes(h100=3),
+        fleet=small_fleet(h100=3),
     ),
     "share-is-relative-to-nominal": Case(
-        [Q("a").quota("h100", 64, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
+        [queue("a").quota("h100", 64, H100).state(), queue("b").quota("h100", 16, H100).state()],
         [
-            J("a/r", "a", 16).running_on("h0", "h1").obj(),
-            J("b/r", "b", 8).running_on("h2").obj(),
-            J("a/x", "a", 8).created(10).obj(),
-            J("b/y", "b", 8).created(0).obj(),
+            workload("a/r", "a", 16).running_on("h0", "h1").build(),
+            workload("b/r", "b", 8).running_on("h2").build(),
+            workload("a/x", "a", 8).created(10).build(),
+            workload("b/y", "b", 8).created(0).build(),
         ],
         {"a/x": "Admit", "b/y": "Wait:NoFit"},
     ),
     "equal-share-older-head-first": Case(
-        [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
-        [J("a/x", "a", 8).created(10).obj(), J("b/y", "b", 8).created(5).obj()],
+        [queue("a").quota("h100", 16, H100).state(), queue("b").quota("h100", 16, H100).state()],
+        [workload("a/x", "a", 8).created(10).build(), workload("b/y", "b", 8).created(5).build()],
         {"b/y": "Admit", "a/x": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
     ),
     "equal-share-higher-priority-head-first": Case(
-        [Q("a").quota("h100", 16, H100).obj(), Q("b").quota("h100", 16, H100).obj()],
-        [J("a/x", "a", 8).created(10).prio(5).obj(), J("b/y", "b", 8).created(5).obj()],
+        [queue("a").quota("h100", 16, H100).state(), queue("b").quota("h100", 16, H100).state()],
+        [
+            workload("a/x", "a", 8).created(10).prio(5).build(),
+            workload("b/y", "b", 8).created(5).build(),
+        ],
         {"a/x": "Admit", "b/y": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
     ),
     "within-nominal-before-borrowing": Case(
         [
-            Q("a").quota("h100", 16, H100).cohort("pool").obj(),
-            Q("b").quota("h100", 8, H100).cohort("pool").weight(10).obj(),
+            queue("a").quota("h100", 16, H100).cohort("pool").state(),
+            queue("b").quota("h100", 8, H100).cohort("pool").weight(10).state(),
         ],
         [
-            J("a/r", "a", 8).running_on("h0").obj(),
-            J("b/r", "b", 8).running_on("h1").obj(),
-            J("a/x", "a", 8).created(10).obj(),
-            J("b/y", "b", 8).created(0).obj(),
+            workload("a/r", "a", 8).running_on("h0").build(),
+            workload("b/r", "b", 8).running_on("h1").build(),
+            workload("a/x", "a", 8).created(10).build(),
+            workload("b/y", "b", 8).created(0).build(),
         ],
         {"a/x": "Admit", "b/y": "Wait:Quota"},
-        fleet=nodes(h100=3),
+        fleet=small_fleet(h100=3),
     ),
 }
 
@@ -285,54 +304,60 @@ def test_fair_share(case: Case) -> None:
 
 def test_fair_share_interleaves_queues() -> None:
     # Four slots, two queues with equal quotas and four jobs each: two jobs of each run.
-    queues = [Q("a").quota("h100", 64, H100).obj(), Q("b").quota("h100", 64, H100).obj()]
-    jobs = [J(f"a/{i}", "a", 8).created(i).obj() for i in range(4)]
-    jobs += [J(f"b/{i}", "b", 8).created(10 + i).obj() for i in range(4)]
-    got = decide(queues, jobs, nodes(h100=4))
+    queues = [
+        queue("a").quota("h100", 64, H100).state(),
+        queue("b").quota("h100", 64, H100).state(),
+    ]
+    jobs = [workload(f"a/{i}", "a", 8).created(i).build() for i in range(4)]
+    jobs += [workload(f"b/{i}", "b", 8).created(10 + i).build() for i in range(4)]
+    got = decide(queues, jobs, small_fleet(h100=4))
     assert [d.key for d in got.admitted] == ["a/0", "a/1", "b/0", "b/1"]
     assert [got[f"a/{i}"].position for i in (2, 3)] == [1, 2]
 
 
 # --- priority, then FIFO, within a queue ------------------------------------------------------------
-FIFO = Q("q").quota("h100", 64, H100).set(within_queue="Never").obj()
+FIFO = queue("q").quota("h100", 64, H100).preemption(withinQueue="Never").state()
 
 ORDER_CASES = {
     "higher-priority-first": Case(
         [FIFO],
-        [J("q/x", "q", 8).created(0).obj(), J("q/y", "q", 8).created(5).prio(10).obj()],
+        [
+            workload("q/x", "q", 8).created(0).build(),
+            workload("q/y", "q", 8).created(5).prio(10).build(),
+        ],
         {"q/y": "Admit", "q/x": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
         positions={"q/x": 1},
     ),
     "fifo-within-a-priority": Case(
         [FIFO],
-        [J("q/x", "q", 8).created(5).obj(), J("q/y", "q", 8).created(0).obj()],
+        [workload("q/x", "q", 8).created(5).build(), workload("q/y", "q", 8).created(0).build()],
         {"q/y": "Admit", "q/x": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
     ),
     "key-breaks-ties": Case(
         [FIFO],
-        [J("q/b", "q", 8).obj(), J("q/a", "q", 8).obj()],
+        [workload("q/b", "q", 8).build(), workload("q/a", "q", 8).build()],
         {"q/a": "Admit", "q/b": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
     ),
     "positions-in-line-order": Case(
         [FIFO],
         [
-            J("q/w", "q", 8).created(3).obj(),
-            J("q/x", "q", 8).created(2).obj(),
-            J("q/y", "q", 8).created(1).obj(),
-            J("q/z", "q", 8).created(0).prio(1).obj(),
+            workload("q/w", "q", 8).created(3).build(),
+            workload("q/x", "q", 8).created(2).build(),
+            workload("q/y", "q", 8).created(1).build(),
+            workload("q/z", "q", 8).created(0).prio(1).build(),
         ],
         {"q/z": "Admit", "q/y": "Wait:NoFit", "q/x": "Wait:NoFit", "q/w": "Wait:NoFit"},
-        fleet=nodes(h100=1),
+        fleet=small_fleet(h100=1),
         positions={"q/y": 1, "q/x": 2, "q/w": 3},
     ),
     "admissions-reserve-as-they-go": Case(
         [FIFO],
-        [J("q/x", "q", 16).created(0).obj(), J("q/y", "q", 16).created(1).obj()],
+        [workload("q/x", "q", 16).created(0).build(), workload("q/y", "q", 16).created(1).build()],
         {"q/x": "Admit", "q/y": "Wait:NoFit"},
-        fleet=nodes(h100=2),
+        fleet=small_fleet(h100=2),
     ),
 }
 
@@ -343,23 +368,26 @@ def test_priority_then_fifo(case: Case) -> None:
 
 
 # --- backfill and the head's hold ----------------------------------------------------------------
-BF = Q("q").quota("h100", 64, H100).backfill(300).obj()
-BF2 = Q("q").quota("h100", 64, H100).quota("a100", 16, A100).backfill(300).obj()
+BF = queue("q").quota("h100", 64, H100).backfill(300).state()
+BF2 = queue("q").quota("h100", 64, H100).quota("a100", 16, A100).backfill(300).state()
 EXTERNAL = {"h0": 8, "h1": 8}  # pods of no queue: 16 of the 32 GPUs are free
 
 
 def big(**kw: Any) -> QueuedJob:
-    return J("q/big", "q", 24).created(0).set(**kw).obj()
+    return workload("q/big", "q", 24).created(0).set(**kw).build()
 
 
 def pair(a_gpus: int, b_gpus: int, expect: dict[str, str], b_backfill: float = 1000) -> Case:
     """Cohort a+b (16 H100 each), 24 of the 32 GPUs free; a/big waited 400s, b/y 390s."""
     return Case(
         [
-            Q("a").quota("h100", 16, H100).cohort("pool").backfill(300).obj(),
-            Q("b").quota("h100", 16, H100).cohort("pool").backfill(b_backfill).obj(),
+            queue("a").quota("h100", 16, H100).cohort("pool").backfill(300).state(),
+            queue("b").quota("h100", 16, H100).cohort("pool").backfill(b_backfill).state(),
         ],
-        [J("a/big", "a", a_gpus).created(0).obj(), J("b/y", "b", b_gpus).created(10).obj()],
+        [
+            workload("a/big", "a", a_gpus).created(0).build(),
+            workload("b/y", "b", b_gpus).created(10).build(),
+        ],
         expect,
         now=400,
         other_used={"h3": 8},
@@ -372,7 +400,7 @@ def pair(a_gpus: int, b_gpus: int, expect: dict[str, str], b_backfill: float = 1
 BACKFILL_CASES = {
     "backfill-behind-blocked-head": Case(
         [BF],
-        [big(), J("q/small", "q", 8).created(10).obj()],
+        [big(), workload("q/small", "q", 8).created(10).build()],
         {"q/small": "Admit", "q/big": "Wait:NoFit"},
         now=100,
         other_used=EXTERNAL,
@@ -380,7 +408,7 @@ BACKFILL_CASES = {
     ),
     "head-holds-after-threshold": Case(
         [BF],
-        [big(), J("q/small", "q", 8).created(10).obj()],
+        [big(), workload("q/small", "q", 8).created(10).build()],
         {"q/small": "Wait:NoFit", "q/big": "Wait:NoFit"},
         now=400,
         other_used=EXTERNAL,
@@ -392,23 +420,23 @@ BACKFILL_CASES = {
     ),
     "threshold-counts-from-requeue": Case(
         [BF],
-        [big(queued_since=200.0), J("q/small", "q", 8).created(10).obj()],
+        [big(queued_since=200.0), workload("q/small", "q", 8).created(10).build()],
         {"q/small": "Admit"},
         now=400,
         other_used=EXTERNAL,
     ),
     "hold-covers-only-the-heads-groups": Case(
         [BF2],
-        [big(products=(H100,)), J("q/small", "q", 8).created(10).obj()],
+        [big(products=(H100,)), workload("q/small", "q", 8).created(10).build()],
         {"q/small": "Admit", "q/big": "Wait:NoFit"},
         now=400,
         other_used=EXTERNAL,
-        fleet=nodes(h100=4, a100=1),
+        fleet=small_fleet(h100=4, a100=1),
         group={"q/small": "a100"},
     ),
     "admitted-head-holds-nothing": Case(
         [BF],
-        [big(), J("q/small", "q", 8).created(10).obj()],
+        [big(), workload("q/small", "q", 8).created(10).build()],
         {"q/big": "Admit", "q/small": "Admit"},
         now=400,
     ),
@@ -437,8 +465,8 @@ def test_incompatible_head_holds_nothing() -> None:
             return Unfit("Incompatible", "no node can run the image")
         return Fit(None, (("h2", 8),), H100, ("h2",))
 
-    jobs = [big(), J("q/small", "q", 8).created(10).obj()]
-    got = admit(400, [BF], jobs, snapshot_for(nodes(), jobs, EXTERNAL), placer)
+    jobs = [big(), workload("q/small", "q", 8).created(10).build()]
+    got = admit(400, [BF], jobs, snapshot_for(small_fleet(), jobs, EXTERNAL), placer)
     assert label(got["q/big"]) == "Wait:Incompatible"
     assert label(got["q/small"]) == "Admit"
 
@@ -446,21 +474,25 @@ def test_incompatible_head_holds_nothing() -> None:
 # --- preemption: reclaim within a cohort -------------------------------------------------------------
 def cohort(reclaim: bool = True) -> list[QueueState]:
     return [
-        Q("a").quota("h100", 16, H100).cohort("pool").set(reclaim_within_cohort=reclaim).obj(),
-        Q("b").quota("h100", 16, H100).cohort("pool").obj(),
+        queue("a")
+        .quota("h100", 16, H100)
+        .cohort("pool")
+        .preemption(reclaimWithinCohort=reclaim)
+        .state(),
+        queue("b").quota("h100", 16, H100).cohort("pool").state(),
     ]
 
 
 B_BORROWS = [  # b uses all 32 GPUs: 16 of them borrowed from a
-    J("b/1", "b", 16).running_on("h0", "h1", started=0).obj(),
-    J("b/2", "b", 8).running_on("h2", started=10).obj(),
-    J("b/3", "b", 8).running_on("h3", started=20).obj(),
+    workload("b/1", "b", 16).running_on("h0", "h1", started=0).build(),
+    workload("b/2", "b", 8).running_on("h2", started=10).build(),
+    workload("b/3", "b", 8).running_on("h3", started=20).build(),
 ]
 
 RECLAIM_CASES = {
     "reclaim-what-was-lent": Case(
         cohort(),
-        [*B_BORROWS, J("a/x", "a", 16).obj()],
+        [*B_BORROWS, workload("a/x", "a", 16).build()],
         {"a/x": "Wait:Quota", "b/3": "Preempt:Reclaim", "b/2": "Preempt:Reclaim", "b/1": "Keep"},
         victims={"a/x": ("b/3", "b/2")},
         says={
@@ -471,17 +503,17 @@ RECLAIM_CASES = {
     ),
     "reclaim-stops-when-lender-no-longer-borrows": Case(
         cohort(),
-        [J("b/1", "b", 16).running_on("h0", "h1").obj(), J("a/x", "a", 16).obj()],
+        [workload("b/1", "b", 16).running_on("h0", "h1").build(), workload("a/x", "a", 16).build()],
         {"a/x": "Wait:NoFit", "b/1": "Keep"},
         other_used={"h2": 8, "h3": 8},
     ),
     "no-reclaim-beyond-own-nominal": Case(
         cohort(),
-        [*B_BORROWS, J("a/x", "a", 24).obj()],
+        [*B_BORROWS, workload("a/x", "a", 24).build()],
         {"a/x": "Wait:Quota"},
     ),
     "reclaim-disabled": Case(
-        cohort(reclaim=False), [*B_BORROWS, J("a/x", "a", 16).obj()], {"a/x": "Wait:Quota"}
+        cohort(reclaim=False), [*B_BORROWS, workload("a/x", "a", 16).build()], {"a/x": "Wait:Quota"}
     ),
 }
 
@@ -496,7 +528,11 @@ def test_preemptor_reserves_its_placement() -> None:
     got = check(
         Case(
             cohort(),
-            [*B_BORROWS, J("a/x", "a", 16).obj(), J("a/y", "a", 8).created(5).obj()],
+            [
+                *B_BORROWS,
+                workload("a/x", "a", 16).build(),
+                workload("a/y", "a", 8).created(5).build(),
+            ],
             {
                 "a/x": "Wait:Quota",
                 "a/y": "Wait:Quota",
@@ -511,37 +547,42 @@ def test_preemptor_reserves_its_placement() -> None:
 
 
 # --- preemption: priority within a queue ---------------------------------------------------------------
-PQ = Q("q").quota("h100", 32, H100).obj()
+PQ = queue("q").quota("h100", 32, H100).state()
 LOW = [
-    J("q/lo1", "q", 16).running_on("h0", "h1", started=0).obj(),
-    J("q/lo2", "q", 16).running_on("h2", "h3", started=10).obj(),
+    workload("q/lo1", "q", 16).running_on("h0", "h1", started=0).build(),
+    workload("q/lo2", "q", 16).running_on("h2", "h3", started=10).build(),
 ]
 
 PRIORITY_CASES = {
     "higher-priority-preempts-lower": Case(
         [PQ],
-        [*LOW, J("q/hi", "q", 16).prio(10).obj()],
+        [*LOW, workload("q/hi", "q", 16).prio(10).build()],
         {"q/hi": "Wait:Quota", "q/lo2": "Preempt:Priority", "q/lo1": "Keep"},
         victims={"q/hi": ("q/lo2",)},
         says={"q/lo2": "preempted by q/hi (priority 10)"},
     ),
-    "equal-priority-waits": Case([PQ], [*LOW, J("q/hi", "q", 16).obj()], {"q/hi": "Wait:Quota"}),
+    "equal-priority-waits": Case(
+        [PQ], [*LOW, workload("q/hi", "q", 16).build()], {"q/hi": "Wait:Quota"}
+    ),
     "within-queue-never": Case(
-        [Q("q").quota("h100", 32, H100).set(within_queue="Never").obj()],
-        [*LOW, J("q/hi", "q", 16).prio(10).obj()],
+        [queue("q").quota("h100", 32, H100).preemption(withinQueue="Never").state()],
+        [*LOW, workload("q/hi", "q", 16).prio(10).build()],
         {"q/hi": "Wait:Quota"},
     ),
     "other-queues-are-not-victims": Case(
-        [PQ, Q("r").quota("h100", 32, H100).obj()],
+        [PQ, queue("r").quota("h100", 32, H100).state()],
         [
-            J("r/1", "r", 32).running_on("h0", "h1", "h2", "h3").obj(),
-            J("q/hi", "q", 16).prio(10).obj(),
+            workload("r/1", "r", 32).running_on("h0", "h1", "h2", "h3").build(),
+            workload("q/hi", "q", 16).prio(10).build(),
         ],
         {"q/hi": "Wait:NoFit", "r/1": "Keep"},
     ),
     "preempt-for-a-running-slot": Case(
-        [Q("q").quota("h100", 32, H100).set(max_running_jobs=1).obj()],
-        [J("q/lo", "q", 8).running_on("h0").obj(), J("q/hi", "q", 8).prio(10).obj()],
+        [queue("q").quota("h100", 32, H100).policy(maxRunningJobs=1).state()],
+        [
+            workload("q/lo", "q", 8).running_on("h0").build(),
+            workload("q/hi", "q", 8).prio(10).build(),
+        ],
         {"q/hi": "Wait:Quota", "q/lo": "Preempt:Priority"},
     ),
 }
@@ -557,36 +598,36 @@ VICTIM_CASES = {
     "lowest-priority-first": Case(
         [PQ],
         [
-            J("q/a", "q", 16).prio(5).running_on("h0", "h1", started=10).obj(),
-            J("q/b", "q", 16).prio(1).running_on("h2", "h3", started=0).obj(),
-            J("q/hi", "q", 16).prio(10).obj(),
+            workload("q/a", "q", 16).prio(5).running_on("h0", "h1", started=10).build(),
+            workload("q/b", "q", 16).prio(1).running_on("h2", "h3", started=0).build(),
+            workload("q/hi", "q", 16).prio(10).build(),
         ],
         {"q/b": "Preempt:Priority", "q/a": "Keep"},
     ),
     "youngest-first-within-a-priority": Case(
         [PQ],
         [
-            J("q/a", "q", 16).running_on("h0", "h1", started=0).obj(),
-            J("q/b", "q", 16).running_on("h2", "h3", started=50).obj(),
-            J("q/hi", "q", 16).prio(10).obj(),
+            workload("q/a", "q", 16).running_on("h0", "h1", started=0).build(),
+            workload("q/b", "q", 16).running_on("h2", "h3", started=50).build(),
+            workload("q/hi", "q", 16).prio(10).build(),
         ],
         {"q/b": "Preempt:Priority", "q/a": "Keep"},
     ),
     "reclaim-lowest-priority-first": Case(
         cohort(),
         [
-            J("b/hi", "b", 16).prio(10).running_on("h0", "h1", started=20).obj(),
-            J("b/lo", "b", 16).running_on("h2", "h3", started=0).obj(),
-            J("a/x", "a", 16).obj(),
+            workload("b/hi", "b", 16).prio(10).running_on("h0", "h1", started=20).build(),
+            workload("b/lo", "b", 16).running_on("h2", "h3", started=0).build(),
+            workload("a/x", "a", 16).build(),
         ],
         {"b/lo": "Preempt:Reclaim", "b/hi": "Keep"},
     ),
     "only-as-many-as-needed": Case(
-        [Q("q").quota("h100", 24, H100).obj()],
+        [queue("q").quota("h100", 24, H100).state()],
         [
-            J("q/young", "q", 8).running_on("h0", started=50).obj(),
-            J("q/old", "q", 16).running_on("h1", "h2", started=10).obj(),
-            J("q/hi", "q", 16).prio(10).obj(),
+            workload("q/young", "q", 8).running_on("h0", started=50).build(),
+            workload("q/old", "q", 16).running_on("h1", "h2", started=10).build(),
+            workload("q/hi", "q", 16).prio(10).build(),
         ],
         {"q/old": "Preempt:Priority", "q/young": "Keep"},
         victims={"q/hi": ("q/old",)},
@@ -602,25 +643,31 @@ def test_victim_order(case: Case) -> None:
 # --- no useless preemption ------------------------------------------------------------------------------
 USELESS_CASES = {
     "victims-cannot-free-enough": Case(
-        [Q("q").quota("h100", 64, H100).obj()],
-        [J("q/lo", "q", 8).running_on("h0").obj(), J("q/hi", "q", 24).prio(10).obj()],
+        [queue("q").quota("h100", 64, H100).state()],
+        [
+            workload("q/lo", "q", 8).running_on("h0").build(),
+            workload("q/hi", "q", 24).prio(10).build(),
+        ],
         {"q/hi": "Wait:NoFit", "q/lo": "Keep"},
-        fleet=nodes(h100=2),
+        fleet=small_fleet(h100=2),
         other_used={"h1": 8},
     ),
     "reclaim-fixes-quota-not-placement": Case(
         cohort(),
         [
-            J("b/1", "b", 8).running_on("h0", started=20).obj(),
-            J("b/2", "b", 16).running_on("h1", "h2", started=0).obj(),
-            J("a/x", "a", 16).obj(),
+            workload("b/1", "b", 8).running_on("h0", started=20).build(),
+            workload("b/2", "b", 16).running_on("h1", "h2", started=0).build(),
+            workload("a/x", "a", 16).build(),
         ],
         {"a/x": "Wait:Quota", "b/1": "Keep", "b/2": "Keep"},
         other_used={"h3": 8},
     ),
     "backfilled-job-is-not-preempted-in-its-pass": Case(
-        [Q("q").quota("h100", 64, H100).backfill(1000).obj()],
-        [J("q/hi", "q", 24).prio(10).created(0).obj(), J("q/lo", "q", 8).created(5).obj()],
+        [queue("q").quota("h100", 64, H100).backfill(1000).state()],
+        [
+            workload("q/hi", "q", 24).prio(10).created(0).build(),
+            workload("q/lo", "q", 8).created(5).build(),
+        ],
         {"q/lo": "Admit", "q/hi": "Wait:NoFit"},
         other_used=EXTERNAL,
     ),
@@ -636,13 +683,13 @@ def test_incompatible_head_preempts_nobody() -> None:
     def placer(job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None) -> Fit | Unfit:
         return Unfit("Incompatible", "no node can run the image")
 
-    jobs = [*LOW, J("q/hi", "q", 16).prio(10).obj()]
-    roomy = Q("q").quota("h100", 64, H100).obj()  # quota fits: placement says Incompatible
-    got = admit(100, [roomy], jobs, snapshot_for(nodes(), jobs), placer)
+    jobs = [*LOW, workload("q/hi", "q", 16).prio(10).build()]
+    roomy = queue("q").quota("h100", 64, H100).state()  # quota fits: placement says Incompatible
+    got = admit(100, [roomy], jobs, snapshot_for(small_fleet(), jobs), placer)
     assert label(got["q/hi"]) == "Wait:Incompatible"
     assert not got.preempted
     # Over quota, victims would free quota, but the re-simulation still cannot place it.
-    got = admit(100, [PQ], jobs, snapshot_for(nodes(), jobs), placer)
+    got = admit(100, [PQ], jobs, snapshot_for(small_fleet(), jobs), placer)
     assert label(got["q/hi"]) == "Wait:Quota"
     assert not got.preempted
 
@@ -650,11 +697,14 @@ def test_incompatible_head_preempts_nobody() -> None:
 # --- blocked jobs, usage, determinism ------------------------------------------------------------------
 def test_blocked_jobs_wait_out_of_line() -> None:
     jobs = [
-        J("q/bad", "q", 8).created(0).set(blocked_reason="Policy", blocked_message="no").obj(),
-        J("q/ok", "q", 8).created(5).obj(),
-        J("q/lost", "nope", 8).obj(),
+        workload("q/bad", "q", 8)
+        .created(0)
+        .set(blocked_reason="Policy", blocked_message="no")
+        .build(),
+        workload("q/ok", "q", 8).created(5).build(),
+        workload("q/lost", "nope", 8).build(),
     ]
-    got = decide([FIFO], jobs, nodes(h100=1))
+    got = decide([FIFO], jobs, small_fleet(h100=1))
     assert (label(got["q/bad"]), got["q/bad"].position) == ("Wait:Policy", None)
     assert label(got["q/ok"]) == "Admit"
     assert label(got["q/lost"]) == "Wait:Policy"

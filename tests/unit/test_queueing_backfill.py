@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from tests.unit.queueing_builders import J, Q
+from tests.builders import queue, workload
 from trainop.queueing.backfill import Hold, blocks_for, new_hold, secs
 
 
@@ -27,8 +28,8 @@ from trainop.queueing.backfill import Hold, blocks_for, new_hold, secs
     ],
 )
 def test_new_hold(waited: float, threshold: float, others: list[Hold], holds: bool) -> None:
-    q = Q("nlp").quota("h100", 16).backfill(threshold).obj()
-    head = J("nlp/head", "nlp", 16).created(0).obj()
+    q = replace(queue("nlp").quota("h100", 16).state(), backfill_wait_seconds=threshold)
+    head = workload("nlp/head", "nlp", 16).created(0).build()
     hold = new_hold(head, q, waited, ["h100"], others)
     assert (hold is not None) == holds
     if hold is not None:
@@ -40,7 +41,7 @@ def _hold(queue: str, head: str, waited: float, cohort: str | None = "pool") -> 
 
 
 @pytest.mark.parametrize(
-    ("job", "queue", "holds", "excluded", "no_borrow"),
+    ("job", "queue_name", "holds", "excluded", "no_borrow"),
     [
         pytest.param(
             "nlp/later", "nlp", [_hold("nlp", "nlp/head", 90)], {"h100"}, set(), id="same-queue"
@@ -75,9 +76,9 @@ def _hold(queue: str, head: str, waited: float, cohort: str | None = "pool") -> 
     ],
 )
 def test_blocks_for(
-    job: str, queue: str, holds: list[Hold], excluded: set[str], no_borrow: set[str]
+    job: str, queue_name: str, holds: list[Hold], excluded: set[str], no_borrow: set[str]
 ) -> None:
-    q = Q(queue).quota("h100", 16).cohort("pool").obj()
+    q = queue(queue_name).quota("h100", 16).cohort("pool").state()
     blocks = blocks_for(job, q, holds)
     assert set(blocks.excluded) == excluded
     assert set(blocks.no_borrow) == no_borrow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.queueing_builders import J
+from tests.builders import WorkloadBuilder, workload
 from trainop.queueing.ordering import (
     Running,
     line_order,
@@ -18,53 +18,63 @@ from trainop.queueing.ordering import (
     ("jobs", "want"),
     [
         pytest.param(
-            [J("a/old", "q", 8).created(1), J("a/new", "q", 8).created(2)],
+            [workload("a/old", "q", 8).created(1), workload("a/new", "q", 8).created(2)],
             ["a/old", "a/new"],
             id="older-first",
         ),
         pytest.param(
-            [J("a/low", "q", 8).created(1), J("a/high", "q", 8).prio(10).created(2)],
+            [workload("a/low", "q", 8).created(1), workload("a/high", "q", 8).prio(10).created(2)],
             ["a/high", "a/low"],
             id="priority-before-age",
         ),
-        pytest.param([J("a/b", "q", 8), J("a/a", "q", 8)], ["a/a", "a/b"], id="tie-broken-by-key"),
+        pytest.param(
+            [workload("a/b", "q", 8), workload("a/a", "q", 8)],
+            ["a/a", "a/b"],
+            id="tie-broken-by-key",
+        ),
     ],
 )
-def test_line_order(jobs: list[J], want: list[str]) -> None:
-    assert [j.key for j in sorted((b.obj() for b in jobs), key=line_order)] == want
+def test_line_order(jobs: list[WorkloadBuilder], want: list[str]) -> None:
+    assert [j.key for j in sorted((b.build() for b in jobs), key=line_order)] == want
 
 
 @pytest.mark.parametrize(
     ("a", "b"),
     [
         pytest.param(
-            (False, 0.9, J("x/h", "x", 8)), (True, 0.1, J("y/h", "y", 8)), id="own-quota-first"
+            (False, 0.9, workload("x/h", "x", 8)),
+            (True, 0.1, workload("y/h", "y", 8)),
+            id="own-quota-first",
         ),
         pytest.param(
-            (False, 0.1, J("x/h", "x", 8)), (False, 0.5, J("y/h", "y", 8)), id="lower-share-first"
+            (False, 0.1, workload("x/h", "x", 8)),
+            (False, 0.5, workload("y/h", "y", 8)),
+            id="lower-share-first",
         ),
         pytest.param(
-            (False, 0.1, J("x/h", "x", 8).prio(5)),
-            (False, 0.1, J("y/h", "y", 8)),
+            (False, 0.1, workload("x/h", "x", 8).prio(5)),
+            (False, 0.1, workload("y/h", "y", 8)),
             id="then-head-priority",
         ),
         pytest.param(
-            (False, 0.1, J("x/h", "x", 8).created(1)),
-            (False, 0.1, J("y/h", "y", 8).created(2)),
+            (False, 0.1, workload("x/h", "x", 8).created(1)),
+            (False, 0.1, workload("y/h", "y", 8).created(2)),
             id="then-head-age",
         ),
     ],
 )
 def test_queue_order_puts_the_first_before_the_second(
-    a: tuple[bool, float, J], b: tuple[bool, float, J]
+    a: tuple[bool, float, WorkloadBuilder], b: tuple[bool, float, WorkloadBuilder]
 ) -> None:
-    first = queue_order(a[0], a[1], a[2].obj(), a[2].obj().queue)
-    second = queue_order(b[0], b[1], b[2].obj(), b[2].obj().queue)
+    first = queue_order(a[0], a[1], a[2].build(), a[2].build().queue)
+    second = queue_order(b[0], b[1], b[2].build(), b[2].build().queue)
     assert first < second
 
 
 def _running(key: str, prio: int, started: float | None, group: str = "h100") -> Running:
-    job = J(key, "q", 8).prio(prio).running_on("h0", started=0.0).set(started=started).obj()
+    job = (
+        workload(key, "q", 8).prio(prio).running_on("h0", started=0.0).set(started=started).build()
+    )
     return Running(job, group)
 
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.jobs import Job, fleet_snapshot
-from tests.unit.queueing_builders import A100, H100, Q
+from tests.builders import A100, H100, JobBuilder, fleet_snapshot, job, queue
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.api.trainingqueue import TenantPolicy
 from trainop.planner import OperatorConfig
@@ -29,8 +28,8 @@ NGC = "nvcr.io/nvidia/pytorch:24.05-py3"
 POD = "spec.replicaSpecs.Worker.template.spec"
 
 
-def spec_of(job: Job) -> TrainingJobSpec:
-    return TrainingJobSpec.model_validate(job.obj()["spec"])
+def spec_of(job: JobBuilder) -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate(job.build()["spec"])
 
 
 def template(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +43,7 @@ def container(**fields: Any) -> dict[str, Any]:
 @dataclass
 class PolicyCase:
     policy: dict[str, Any]
-    job: Job
+    job: JobBuilder
     fields: list[str]  # the fields the violations name, in order
     says: str = ""
     image: str | None = NGC
@@ -52,8 +51,8 @@ class PolicyCase:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def base(replicas: int = 2, gpus: int = 8, tmpl: dict[str, Any] | None = None) -> Job:
-    return Job("j", "team-a").framework("pytorch", "2.4").cuda("12.4").workers(replicas, gpus, tmpl)
+def base(replicas: int = 2, gpus: int = 8, tmpl: dict[str, Any] | None = None) -> JobBuilder:
+    return job("j", namespace="team-a").workers(replicas, gpus, tmpl)
 
 
 POLICY_CASES = {
@@ -99,7 +98,7 @@ POLICY_CASES = {
     "cuda-in-range": PolicyCase({"cuda": {"min": "12.0", "max": "12.4"}}, base(), []),
     "cuda-unknown": PolicyCase(
         {"cuda": {"min": "12.0"}},
-        Job("j").framework("pytorch").workers(1, 8),
+        job("j", version=None, cuda=None).workers(1, 8),
         ["spec.cuda"],
         cuda=None,
         says="unknown",
@@ -315,10 +314,10 @@ def test_job_policy_checks_the_image_the_planner_picks() -> None:
 
 
 # --- queue resolution ----------------------------------------------------------------------------
-NLP = Q("nlp").set(namespaces=("team-nlp",), default=True).obj()
-NLP_EXTRA = Q("nlp-extra").set(namespaces=("team-nlp",)).obj()
-ZED = Q("zed").set(namespaces=("team-nlp",), default=True).obj()
-BY_LABEL = Q("labelled").set(namespace_selector=(("tier", "gold"),), default=True).obj()
+NLP = queue("nlp").serves("team-nlp", default=True).state()
+NLP_EXTRA = queue("nlp-extra").serves("team-nlp").state()
+ZED = queue("zed").serves("team-nlp", default=True).state()
+BY_LABEL = queue("labelled").selector(tier="gold").default().state()
 
 
 @dataclass
@@ -389,10 +388,10 @@ def test_group_key_defaults() -> None:
 @pytest.mark.parametrize(
     ("queue", "product", "group"),
     [
-        (Q("q").quota("h100", 8, H100).quota("rest", 8).obj(), H100, "h100"),
-        (Q("q").quota("h100", 8, H100).quota("rest", 8).obj(), A100, "rest"),
-        (Q("q").quota("h100", 8, H100).obj(), A100, UNGROUPED),
-        (Q("q").quota("gpus", 8, H100, A100).obj(), A100, "gpus"),
+        (queue("q").quota("h100", 8, H100).quota("rest", 8).state(), H100, "h100"),
+        (queue("q").quota("h100", 8, H100).quota("rest", 8).state(), A100, "rest"),
+        (queue("q").quota("h100", 8, H100).state(), A100, UNGROUPED),
+        (queue("q").quota("gpus", 8, H100, A100).state(), A100, "gpus"),
     ],
     ids=["named-product", "any-group", "no-group", "multi-product-group"],
 )

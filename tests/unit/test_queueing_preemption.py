@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.queueing_builders import J, Q, nodes, snapshot_for
+from tests.builders import queue, small_fleet, workload
+from tests.unit.queueing_harness import snapshot_for
 from trainop.queueing.groups import Candidate
 from trainop.queueing.ledger import Ledger
 from trainop.queueing.model import PRIORITY, RECLAIM, Fit, QueueState, QuotaGroup
@@ -23,7 +24,7 @@ def _run(
     key: str, queue: str, gpus: int, prio: int = 0, started: float = 1.0, **kw: Any
 ) -> Running:
     nodes = [f"{key.split('/')[1]}-{i}" for i in range(max(1, gpus // 8))]
-    job = J(key, queue, gpus).prio(prio).running_on(*nodes, started=started).obj()
+    job = workload(key, queue, gpus).prio(prio).running_on(*nodes, started=started).build()
     return Running(job, "h100", **kw)
 
 
@@ -58,7 +59,7 @@ def _ledger(queues: list[QueueState], running: list[Running]) -> Ledger:
 def test_search_takes_the_fewest_victims(
     pool: list[Running], need: int, want: list[str] | None
 ) -> None:
-    q = Q("q").quota("h100", 16).obj()
+    q = queue("q").quota("h100", 16).state()
     plan = search(H100, pool, PRIORITY, _ledger([q], pool), _fits_when_freed(need))
     assert (None if plan is None else [r.key for r in plan.victims]) == want
 
@@ -95,9 +96,9 @@ def test_search_takes_the_fewest_victims(
 def test_plan_preemption(
     head_prio: int, running: list[Running], want: list[str] | None, reason: str | None
 ) -> None:
-    q = Q("q").quota("h100", 16).cohort("pool").set(within_queue="LowerPriority").obj()
-    lend = Q("lend").quota("h100", 0).cohort("pool").obj()  # all it runs is borrowed
-    head = J("q/head", "q", 16).prio(head_prio).obj()
+    q = queue("q").quota("h100", 16).cohort("pool").preemption(withinQueue="LowerPriority").state()
+    lend = queue("lend").quota("h100", 0).cohort("pool").state()  # all it runs is borrowed
+    head = workload("q/head", "q", 16).prio(head_prio).build()
     ledger = _ledger([q, lend], running)
     plan = plan_preemption(head, q, (H100,), (), ledger, running, _fits_when_freed(16))
     assert (None if plan is None else [r.key for r in plan.victims]) == want
@@ -105,9 +106,9 @@ def test_plan_preemption(
 
 
 def test_a_held_group_is_never_preempted_for() -> None:
-    q = Q("q").quota("h100", 16).set(within_queue="LowerPriority").obj()
+    q = queue("q").quota("h100", 16).preemption(withinQueue="LowerPriority").state()
     running = [_run("q/low", "q", 16, prio=1)]
-    head = J("q/head", "q", 16).prio(10).obj()
+    head = workload("q/head", "q", 16).prio(10).build()
     plan = plan_preemption(
         head, q, (H100,), {"h100"}, _ledger([q], running), running, _fits_when_freed(16)
     )
@@ -116,7 +117,7 @@ def test_a_held_group_is_never_preempted_for() -> None:
 
 def test_released_counts_only_nodes_the_snapshot_has() -> None:
     r = _run("q/a", "q", 16)  # on nodes a-0 and a-1, 8 GPUs each
-    fleet = [n for n in nodes(h100=2) if n]
+    fleet = [n for n in small_fleet(h100=2) if n]
     for i, n in enumerate(fleet):
         n["metadata"]["name"] = f"a-{i}"
     snapshot = snapshot_for(fleet[:1], [])  # a-1 is gone from the inventory

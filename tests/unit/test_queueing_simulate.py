@@ -9,7 +9,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.unit.jobs import EXAMPLES, FLEET_NODES, Job, fleet_nodes
+from tests.builders import fleet_nodes, job
+from tests.unit.manifest_helpers import EXAMPLES, FLEET_NODES
 from trainop.api import constants as c
 from trainop.cli.main import cli
 from trainop.cli.simulate import compress_nodes
@@ -39,13 +40,13 @@ def tj(
     """A PyTorch job of gpus/8 pods x 8 H100 GPUs (or one pod of `gpus`)."""
     ns, name = key.split("/")
     replicas, per = (gpus // 8, 8) if gpus % 8 == 0 else (1, gpus)
-    job = Job(name, ns).framework("pytorch", "2.4").cuda("12.4").workers(replicas, per, template)
-    job.placement("rack", "Preferred", [H100])
+    builder = job(name, namespace=ns).workers(replicas, per, template)
+    builder.placement("rack", "Preferred", [H100])
     if priority:
-        job.set("priorityClassName", priority)
+        builder.priority(priority)
     if queue:
-        job.set("queue", queue)
-    body = job.obj()
+        builder.queue(queue)
+    body = builder.build()
     body["metadata"]["annotations"] = {
         c.ANNOTATION_SIM_SUBMIT: str(submit),
         c.ANNOTATION_SIM_DURATION: str(duration),

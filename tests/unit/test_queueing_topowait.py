@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.placement_fleet import H100, grid, snap
+from tests.builders import H100, grid, snap
 from trainop.placement import AllreduceEstimate, GangRequest, GroupRequest, Placement, place
 from trainop.queueing import TOPOLOGY, Fit, QueuedJob, QueueState, Unfit, admit, fit_of
 from trainop.queueing.topowait import topology_wait

@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.builders import (
+from tests.builders import (
     NOW,
     JobBuilder,
     PodBuilder,
     ago,
     build_all,
     fleet_node_names,
+    fleet_nodes,
     fleet_snapshot,
     job,
     pod,
@@ -1571,7 +1572,6 @@ def _bound(name: str, node: str, gpus: int = 8) -> dict[str, Any]:
 
 
 def _fleet(change: Callable[[dict[str, Any]], None] | None = None, drop: str | None = None):
-    from tests.unit.jobs import fleet_nodes
     from trainop.inventory import build_snapshot
 
     nodes = [n for n in fleet_nodes() if n["metadata"]["name"] != drop]

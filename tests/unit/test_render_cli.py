@@ -10,16 +10,13 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from tests.unit.jobs import (
+from tests.builders import busy, fleet_nodes, job, node_product
+from tests.unit.manifest_helpers import (
     EXAMPLES,
     FLEET_NODES,
-    Job,
     env_of,
     example,
-    fleet_nodes,
-    gpu_pod,
     job_examples,
-    node_product,
     pinned_node,
     pods_of,
 )
@@ -167,8 +164,8 @@ def test_user_template_merged(tmp_path: Path) -> None:
             ]
         }
     }
-    body = Job("merge").framework("pytorch", "2.4").cuda("12.4").workers(2, 8, template)
-    result = render(write_jobs(tmp_path, body.placement("rack").obj()))
+    body = job("merge").workers(2, 8, template)
+    result = render(write_jobs(tmp_path, body.placement("rack").build()))
     assert result.exit_code == 0, result.stderr
     for pod in pods_of(objects(result)):
         main, side = pod["spec"]["containers"]
@@ -185,13 +182,9 @@ def test_user_template_merged(tmp_path: Path) -> None:
 
 def test_t4_job_disables_ib(tmp_path: Path) -> None:
     body = (
-        Job("t4")
-        .framework("pytorch")
-        .cuda("12.0")
-        .workers(2, 4)
-        .placement("rack", products=["Tesla-T4"])
+        job("t4", version=None, cuda="12.0").workers(2, 4).placement("rack", products=["Tesla-T4"])
     )
-    result = render(write_jobs(tmp_path, body.obj()))
+    result = render(write_jobs(tmp_path, body.build()))
     assert result.exit_code == 0, result.stderr
     for pod in pods_of(objects(result)):
         assert node_product(pinned_node(pod) or "") == "Tesla-T4"
@@ -199,8 +192,8 @@ def test_t4_job_disables_ib(tmp_path: Path) -> None:
 
 
 def test_cuda_13_job_lands_on_h100(tmp_path: Path) -> None:
-    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement("rack", "Preferred")
-    result = render(write_jobs(tmp_path, body.obj()))
+    body = job("c13", version=None, cuda="13.0").workers(4, 8).placement("rack", "Preferred")
+    result = render(write_jobs(tmp_path, body.build()))
     assert result.exit_code == 0, result.stderr
     nodes = {pinned_node(p) for p in pods_of(objects(result))}
     assert {node_product(n or "") for n in nodes} == {H100}
@@ -220,10 +213,8 @@ def test_rack_required_too_big_exits_3_naming_the_rack(tmp_path: Path) -> None:
 
 
 def test_v100_only_job_exits_3(tmp_path: Path) -> None:
-    body = (
-        Job("v").framework("pytorch").cuda("12.4").workers(1, 8).placement("node", products=[V100])
-    )
-    result = render(write_jobs(tmp_path, body.obj()))
+    body = job("v", version=None, cuda="12.4").workers(1, 8).placement("node", products=[V100])
+    result = render(write_jobs(tmp_path, body.build()))
     assert result.exit_code == 3
     assert result.stderr.startswith("Incompatible: ")
     assert V100 in result.stderr
@@ -242,9 +233,9 @@ def test_v100_only_job_exits_3(tmp_path: Path) -> None:
     ],
 )
 def test_invalid_job_exits_2_naming_the_field(tmp_path: Path, mutate: Any, message: str) -> None:
-    job = Job("bad").framework("pytorch").workers(2, 8)
-    mutate(job)
-    result = render(write_jobs(tmp_path, job.obj()))
+    bad = job("bad", version=None, cuda=None).workers(2, 8)
+    mutate(bad)
+    result = render(write_jobs(tmp_path, bad.build()))
     assert result.exit_code == 2
     assert result.stderr.startswith(message), result.stderr
     assert result.stdout == ""
@@ -265,7 +256,7 @@ def test_invalid_job_exits_2_naming_the_field(tmp_path: Path, mutate: Any, messa
     ],
 )
 def test_identity_errors_exit_2(tmp_path: Path, body: dict[str, Any], message: str) -> None:
-    doc = Job("ok").framework("pytorch").workers(1, 8).obj()
+    doc = job("ok", version=None, cuda=None).workers(1, 8).build()
     doc.update(body)
     result = render(write_jobs(tmp_path, doc))
     assert result.exit_code == 2
@@ -289,7 +280,7 @@ def test_several_jobs_render_each(tmp_path: Path) -> None:
 
 def test_several_jobs_exit_code_is_the_max(tmp_path: Path) -> None:
     ok = example("pytorch-ddp.yaml")
-    invalid = Job("bad").framework("pytorch").workers(2, -1).obj()
+    invalid = job("bad", version=None, cuda=None).workers(2, -1).build()
     big = example("pytorch-ddp.yaml")
     big["metadata"]["name"] = "big"
     big["spec"]["replicaSpecs"]["Worker"]["replicas"] = 20
@@ -331,9 +322,9 @@ def test_job_from_stdin() -> None:
 
 
 def test_pods_mark_gpus_used(tmp_path: Path) -> None:
-    busy = [gpu_pod(f"other-{i}", f"a100-0{i}") for i in range(1, 5)]
+    taken = [busy(f"a100-0{i}", 8, f"other-{i}") for i in range(1, 5)]
     pods = tmp_path / "pods.yaml"
-    pods.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": busy}))
+    pods.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": taken}))
     job = EXAMPLES / "pytorch-ddp.yaml"
     assert "nodes=a100-" in render(job).stdout.splitlines()[0]
     moved = render(job, "--pods", str(pods))
@@ -375,13 +366,9 @@ def test_config_applies(tmp_path: Path) -> None:
         )
     )
     body = (
-        Job("t4")
-        .framework("pytorch")
-        .cuda("12.0")
-        .workers(2, 4)
-        .placement("rack", products=["Tesla-T4"])
+        job("t4", version=None, cuda="12.0").workers(2, 4).placement("rack", products=["Tesla-T4"])
     )
-    result = render(write_jobs(tmp_path, body.obj()), "--config", str(config))
+    result = render(write_jobs(tmp_path, body.build()), "--config", str(config))
     assert result.exit_code == 0, result.stderr
     for pod in pods_of(objects(result)):
         assert env_of(pod)["NCCL_SOCKET_IFNAME"] == "ens5"
@@ -530,8 +517,8 @@ def test_fleet_yaml_matches_fleet_json() -> None:
 
 
 def test_render_shows_compatibility_and_releases_tried(tmp_path: Path) -> None:
-    body = Job("c13").framework("pytorch").cuda("13.0").workers(4, 8).placement("rack", "Preferred")
-    result = render(write_jobs(tmp_path, body.obj()))
+    body = job("c13", version=None, cuda="13.0").workers(4, 8).placement("rack", "Preferred")
+    result = render(write_jobs(tmp_path, body.build()))
     assert result.exit_code == 0, result.stderr
     assert "# image: nvcr.io/nvidia/pytorch:" in result.stdout
     assert "(Native)" in result.stdout or "(MinorVersionCompat)" in result.stdout

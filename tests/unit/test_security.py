@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from tests.unit.builders import NOW, fleet_snapshot, job
+from tests.builders import NOW, fleet_snapshot, job
 from trainop.kube.secrets import ssh_secret
 from trainop.manifests import SSH_VOLUME, JobRef
 from trainop.planner import OperatorConfig

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.builders import job, pod, uid_of
-from tests.unit.jobs import fleet_nodes, gpu_pod
+from tests.builders import busy, fleet_nodes, job, pod, uid_of
 from trainop.handlers.scheduler import AdmissionLoop, plan_pods
 from trainop.handlers.state import ShellState
 from trainop.inventory import build_snapshot
@@ -74,7 +73,7 @@ def run_cycle(state: ShellState, rec: Recorder | None = None) -> Recorder:
 # --- the caches --------------------------------------------------------------------------
 def test_snapshot_matches_a_full_rebuild() -> None:
     state = fleet_state()
-    other = gpu_pod("busy", "h100-a-01", 8)
+    other = busy("h100-a-01", 8, "busy")
     state.upsert_pod(other)
     full = build_snapshot(fleet_nodes(), [other])
     snap = state.snapshot()
@@ -87,7 +86,7 @@ def test_snapshot_is_reused_until_something_changes() -> None:
     state = fleet_state()
     first = state.snapshot()
     assert state.snapshot() is first
-    state.upsert_pod(gpu_pod("busy", "h100-a-01", 4))
+    state.upsert_pod(busy("h100-a-01", 4, "busy"))
     second = state.snapshot()
     assert second is not first
     assert second.node("h100-a-01").gpus_free == 4
@@ -106,14 +105,14 @@ def test_a_heartbeat_does_not_wake_the_loop() -> None:
 
 def test_finished_and_deleted_pods_free_their_gpus() -> None:
     state = fleet_state()
-    busy = gpu_pod("busy", "h100-a-01", 8)
-    state.upsert_pod(busy)
+    taken = busy("h100-a-01", 8, "busy")
+    state.upsert_pod(taken)
     assert state.snapshot().node("h100-a-01").gpus_free == 0
-    busy["status"]["phase"] = "Succeeded"
-    state.upsert_pod(busy)
+    taken["status"]["phase"] = "Succeeded"
+    state.upsert_pod(taken)
     assert state.snapshot().node("h100-a-01").gpus_free == 8
-    state.upsert_pod(gpu_pod("busy2", "h100-a-01", 8))
-    state.remove_pod("other", "busy2")
+    state.upsert_pod(busy("h100-a-01", 8, "busy2"))
+    state.remove_pod("default", "busy2")
     assert state.snapshot().node("h100-a-01").gpus_free == 8
 
 
@@ -302,7 +301,7 @@ def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> 
 def test_the_fleet_view_is_rebuilt_only_when_a_node_changes() -> None:
     state = fleet_state()
     first = state.fleet()
-    state.upsert_pod(gpu_pod("busy", "h100-a-01", 4))
+    state.upsert_pod(busy("h100-a-01", 4, "busy"))
     assert state.fleet() is first  # a pod is no reason to rebuild the node facts
     node = fleet_nodes()[0]
     node["metadata"]["labels"]["example.com/new"] = "1"
@@ -314,10 +313,10 @@ def test_the_fleet_view_is_rebuilt_only_when_a_node_changes() -> None:
 def test_jobs_on_node_names_the_jobs_with_a_pod_there() -> None:
     state = fleet_state()
     state.upsert_job(new_job("bert"))
-    mine = gpu_pod("bert-worker-0", "a100-01", 8)
+    mine = busy("a100-01", 8, "bert-worker-0")
     mine["metadata"].update(namespace="team-a", labels={"trainop.dev/job-name": "bert"})
     state.upsert_pod(mine)
-    state.upsert_pod(gpu_pod("busy", "a100-01", 4))  # no job label: nobody to tell
+    state.upsert_pod(busy("a100-01", 4, "busy"))  # no job label: nobody to tell
     assert state.jobs_on_node("a100-01") == [("team-a", "bert")]
     assert state.jobs_on_node("a100-02") == []
 
@@ -339,7 +338,7 @@ def test_a_created_pod_deleted_before_the_watch_saw_it_is_gone_for_its_job() -> 
 def test_a_start_up_listing_fills_the_state_of_every_kind() -> None:
     state = ShellState()
     state.load("nodes", fleet_nodes())
-    state.load("pods", [gpu_pod("busy", "h100-a-01", 8)])
+    state.load("pods", [busy("h100-a-01", 8, "busy")])
     state.load("trainingjobs", [new_job("bert")])
     state.load("namespaces", [{"metadata": {"name": "team-a", "labels": {"tier": "gold"}}}])
     state.load("priorityclasses", [{"metadata": {"name": "high"}, "value": 1000}])
@@ -359,13 +358,13 @@ def test_prune_forgets_only_what_the_listing_lacks_and_no_event_showed_since() -
     now = [0.0]
     state = ShellState(clock=lambda: now[0])
     state.load("nodes", fleet_nodes())
-    state.upsert_pod(gpu_pod("gone", "h100-a-01", 8))  # deleted while no watch looked
-    state.upsert_pod(gpu_pod("kept", "h100-a-02", 8))
+    state.upsert_pod(busy("h100-a-01", 8, "gone"))  # deleted while no watch looked
+    state.upsert_pod(busy("h100-a-02", 8, "kept"))
     now[0] = 10.0  # the listing begins
     since = state.clock()
     now[0] = 11.0
-    state.upsert_pod(gpu_pod("new", "h100-a-03", 8))  # created while it ran
-    listed = [gpu_pod("kept", "h100-a-02", 8)]
+    state.upsert_pod(busy("h100-a-03", 8, "new"))  # created while it ran
+    listed = [busy("h100-a-02", 8, "kept")]
     assert state.prune("pods", listed, since) == 1
     assert sorted(n for _, n in state.pods) == ["kept", "new"]
     assert state.snapshot().node("h100-a-01").gpus_free == 8

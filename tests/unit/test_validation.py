@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.builders import job
+from tests.builders import job
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.planner import InvalidJob, parse_spec
 from trainop.validation import (
