@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import job as make_job
+from tests.builders import node as make_node
 from trainop.api import constants as c
 from trainop.catalog import load_catalog
 from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE
@@ -41,26 +43,11 @@ def node(
     labels: dict[str, str] | None = None,
     taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    major, minor = CC[product]
-    parts = driver.split(".")
-    lab = {
-        c.LABEL_HOSTNAME: name,
-        c.LABEL_RACK: rack,
-        c.GFD_PRODUCT: product,
-        c.GFD_COMPUTE_MAJOR: major,
-        c.GFD_COMPUTE_MINOR: minor,
-        c.GFD_DRIVER_MAJOR: parts[0],
-        c.GFD_DRIVER_FULL: driver,
-        **(labels or {}),
-    }
-    return {
-        "metadata": {"name": name, "labels": lab},
-        "spec": {"taints": taints or []},
-        "status": {
-            "allocatable": {c.RESOURCE_GPU: str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    builder = make_node(name).gfd(product, driver, CC[product]).rack(rack).gpus(gpus)
+    builder.labels(labels or {})
+    for t in taints or []:
+        builder.taint(t["key"], t["effect"], t.get("value", ""))
+    return builder.build()
 
 
 def snap(*nodes: dict[str, Any]) -> Snapshot:
@@ -77,19 +64,9 @@ def job(
     mode: str = "Required",
     template: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "framework": {"name": framework},
-        "replicaSpecs": {"Worker": {"replicas": workers, "gpus": gpus, "template": template or {}}},
-        "placement": {"topology": topology, "mode": mode},
-    }
-    if cuda:
-        spec["cuda"] = cuda
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": "TrainingJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": spec,
-    }
+    """A job with no framework version: the catalog's choice is what these tests watch."""
+    builder = make_job("j", framework, None, cuda, namespace="ns", workers=None)
+    return builder.workers(workers, gpus, template or {}).placement(topology, mode).build()
 
 
 def planned(result: Plan | Wait) -> Plan:

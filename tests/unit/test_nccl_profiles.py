@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders import fabric_profile
 from trainop.api import constants as c
-from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
+from trainop.api.fabricprofile import FabricProfile
 from trainop.nccl import (
     BUILTIN_PROFILES,
     EXAMPLE_ROCE_PROFILE,
@@ -32,15 +33,9 @@ def node(product: str | None = None, host: str = "node-1", **labels: str) -> dic
 
 
 def user_profile(name: str, priority: int = 0, **selector: str) -> FabricProfile:
-    return FabricProfile(
-        name=name,
-        spec=FabricProfileSpec(
-            node_selector={k.replace("__", "/"): v for k, v in selector.items()},
-            priority=priority,
-            fabric="RoCE",
-            gid_index=3,
-        ),
-    )
+    labels = {k.replace("__", "/"): v for k, v in selector.items()}
+    builder = fabric_profile(name).selector(**labels).priority(priority).fabric("RoCE")
+    return builder.set("gidIndex", 3).model()
 
 
 IB = "InfiniBand"

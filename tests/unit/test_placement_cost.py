@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import A100, H100, T4, V100, grid, snap
+from tests.builders import A100, H100, T4, V100, fabric_profile, grid, snap
 from trainop.api.fabricprofile import FabricProfile
 from trainop.inventory import NodeInfo
 from trainop.placement import GangRequest, GroupRequest, Placement, level_names, place
@@ -111,10 +111,8 @@ def test_hierarchical_wins_on_slow_networks() -> None:
 
 
 def _profile(fabric: str, **bandwidth: float) -> FabricProfile:
-    spec: dict[str, object] = {"nodeSelector": {}, "fabric": fabric}
-    if bandwidth:
-        spec["bandwidth"] = bandwidth
-    return FabricProfile.model_validate({"name": "p", "spec": spec})
+    builder = fabric_profile("p").fabric(fabric)
+    return (builder.bandwidth(**bandwidth) if bandwidth else builder).model()
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import job, node
 from trainop.api import constants as c
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
@@ -27,15 +28,13 @@ def _fixture() -> tuple[dict[str, Any], ...]:
 
 
 def _node(entry: dict[str, Any]) -> dict[str, Any]:
-    labels = {**entry["labels"], c.LABEL_HOSTNAME: entry["name"]}
-    return {
-        "metadata": {"name": entry["name"], "labels": labels},
-        "spec": {"taints": entry.get("taints") or []},
-        "status": {
-            "allocatable": entry.get("allocatable") or {},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    """A node of the fixture: its real labels and allocatable, nothing of the builder's."""
+    builder = node(entry["name"]).gpus(None).labels(entry["labels"])
+    for resource, amount in (entry.get("allocatable") or {}).items():
+        builder.allocatable(resource, amount)
+    for t in entry.get("taints") or []:
+        builder.taint(t["key"], t["effect"], t.get("value", ""))
+    return builder.build()
 
 
 def snapshot(*names: str) -> Snapshot:
@@ -69,18 +68,12 @@ def test_parsed_facts(
 
 
 def _job(workers: int, gpus: int, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": c.API_VERSION,
-        "kind": "TrainingJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": {
-            "framework": {"name": "pytorch"},
-            "replicaSpecs": {"Worker": {"replicas": workers, "gpus": gpus}},
-            "placement": {"topology": "none"},
-            **spec,
-        },
-    }
-    return body
+    """A job of `workers` x `gpus`, topology none; `spec` sets further fields as they are."""
+    builder = job("j", version=None, cuda=None, namespace="ns", workers=workers, gpus=gpus)
+    builder.set("placement", {"topology": "none"})
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.build()
 
 
 def _nodes(result: Plan | Wait) -> set[str]:

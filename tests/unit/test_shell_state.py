@@ -32,14 +32,10 @@ def fleet_state() -> ShellState:
 
 
 def new_job(name: str, workers: int = 2, gpus: int = 8, **placement: Any) -> dict[str, Any]:
-    b = job(name, workers=workers, gpus=gpus)
+    b = job(name, workers=workers, gpus=gpus).meta(creationTimestamp="2025-06-01T11:00:00Z")
     if placement:
         b.placement(**placement)
-    body = b.build()
-    body["metadata"]["uid"] = uid_of(name)
-    body["metadata"]["generation"] = 1
-    body["metadata"]["creationTimestamp"] = "2025-06-01T11:00:00Z"
-    return body
+    return b.build()
 
 
 class Recorder:
