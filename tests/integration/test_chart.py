@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import job
 from tests.integration.chart_helpers import ALL_VALUES, CHART, Helm, documents, find, free_port
-from tests.integration.conftest import Kube, repo_root
+from tests.integration.conftest import Kube
 from trainop.cluster.binaries import resolve_binaries
 from trainop.config import load_operator_config
 from trainop.observability import alert_rules
@@ -424,9 +425,7 @@ def _phase(kube: Kube, ns: str, name: str) -> str | None:
 
 
 def _pytorch_job(namespace: str, name: str) -> dict[str, Any]:
-    job = dict(yaml.safe_load((repo_root() / "examples" / "pytorch-ddp.yaml").read_text()))
-    job["metadata"] = {"name": name, "namespace": namespace}
-    return job
+    return job(name, namespace=namespace).placement("rack").manifest()
 
 
 class _SaOperator:

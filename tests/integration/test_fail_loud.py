@@ -15,34 +15,22 @@ from typing import Any
 
 import pytest
 
+from tests.builders import A100, H100, job, queue
 from tests.integration.conftest import Kube
-
-H100 = "NVIDIA-H100-80GB-HBM3"
-A100 = "NVIDIA-A100-SXM4-80GB"
 
 
 def tj(ns: str, name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "framework": {"name": "pytorch", "version": "2.4"},
-            "cuda": "12.4",
-            "replicaSpecs": {"Worker": {"replicas": 1, "gpus": gpus}},
-            "placement": {"gpuProducts": [A100]},
-            **spec,
-        },
-    }
+    builder = job(name, namespace=ns, workers=1, gpus=gpus).products(A100)
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.manifest()
 
 
 def tq(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    builder = queue(name)
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.build()
 
 
 def dry_run(kube: Kube, obj: dict[str, Any]) -> str:

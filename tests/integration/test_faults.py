@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders import A100, H100, job
 from tests.integration.conftest import Kube, LocalCluster, OperatorProcess
 from trainop.cluster.fleet import load_fleet
 
@@ -23,21 +24,10 @@ LONG = os.environ.get("TRAINOP_FAULTS_LONG") == "1"
 
 
 def _job(ns: str, name: str, gpus: int = 1, run: str | None = "3s") -> dict[str, Any]:
-    annotations = {"trainop.dev/fake-exit-code": "0", "trainop.dev/fake-run-duration": run}
-    template: dict[str, Any] = {"spec": {"containers": [{"name": "trainer", "image": "busybox"}]}}
-    if run is not None:
-        template["metadata"] = {"annotations": annotations}
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "framework": {"name": "pytorch", "version": "2.4"},
-            "cuda": "12.4",
-            "placement": {"gpuProducts": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]},
-            "replicaSpecs": {"Worker": {"replicas": 1, "gpus": gpus, "template": template}},
-        },
-    }
+    """One worker on an H100 or A100; on the fake fleet it runs `run` (None: until deleted)."""
+    builder = job(name, namespace=ns, workers=1, gpus=gpus).products(H100, A100)
+    builder.template(containers=[{"name": "trainer", "image": "busybox"}])
+    return (builder if run is None else builder.fake_run(run)).manifest()
 
 
 def _apply_all(kube: Kube, jobs: list[dict[str, Any]]) -> None:

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from tests.builders import A100, H100, job, queue
 from tests.integration.conftest import Kube, OperatorProcess
 from trainop.api import constants as c
 from trainop.api.trainingjob import TrainingJobSpec
@@ -43,7 +44,6 @@ JOBS = int(os.environ.get("FUZZ_JOBS", "200"))
 QUEUES = int(os.environ.get("FUZZ_QUEUES", "80"))
 LIVE_JOBS = 30  # accepted jobs created for real, with the operator running
 LIVE_QUEUES = 6
-H100, A100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
 FUZZ = settings(
     max_examples=1,  # overridden per use
     deadline=None,
@@ -87,21 +87,9 @@ templates = st.sampled_from(TEMPLATES)
 @st.composite
 def job_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
     """A valid one-worker job, then 1-2 breakages of any field (some harmless)."""
-    spec: dict[str, Any] = {
-        "framework": {"name": "pytorch", "version": "2.4"},
-        "cuda": "12.4",
-        "replicaSpecs": {"Worker": {"replicas": 1, "gpus": 1}},
-        "placement": {"gpuProducts": [A100]},
-    }
-    doc = {
-        "apiVersion": c.API_VERSION,
-        "kind": "TrainingJob",
-        "metadata": {
-            "name": draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,14}[a-z0-9]\Z")),
-            "namespace": namespace,
-        },
-        "spec": spec,
-    }
+    name = draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,14}[a-z0-9]\Z"))
+    doc = job(name, namespace=namespace, workers=1, gpus=1).products(A100).manifest()
+    spec = doc["spec"]
     worker = spec["replicaSpecs"]["Worker"]
     mutations = {
         "name": lambda: doc["metadata"].update(name=draw(names)),
@@ -158,10 +146,8 @@ def job_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
 @st.composite
 def queue_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
     """A valid queue serving only the fuzz namespace, then 0-2 breakages."""
-    spec: dict[str, Any] = {
-        "namespaces": [namespace],
-        "quotas": [{"name": "h100", "products": [H100], "gpus": 8}, {"name": "a100", "gpus": 8}],
-    }
+    doc = queue("fuzz").serves(namespace).quota("h100", 8, H100).quota("a100", 8).build()
+    spec = doc["spec"]
     quotas = spec["quotas"]
     mutations = {
         "selector": lambda: spec.update(namespaceSelector={"matchLabels": {"trainop-fuzz": run}}),
@@ -204,12 +190,8 @@ def queue_docs(draw: st.DrawFn, namespace: str, run: str) -> dict[str, Any]:
     for key in draw(st.lists(st.sampled_from(sorted(mutations)), max_size=2, unique=True)):
         mutations[key]()
     name = draw(st.sampled_from(["fuzz-q-0", "fuzz-q-1", "fuzz-q-2", "fuzz-q-3", "Fuzz_Q"]))
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": "TrainingQueue",
-        "metadata": {"name": f"{name}-{run}" if name != "Fuzz_Q" else name},
-        "spec": spec,
-    }
+    doc["metadata"]["name"] = f"{name}-{run}" if name != "Fuzz_Q" else name
+    return doc
 
 
 def _refusal(exc: ApiException) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders import job
 from tests.integration.conftest import Kube, _free_port
 
 LEASE = "trainop-ha-test"
@@ -85,16 +86,7 @@ def _holder(kube: Kube) -> str:
 
 
 def _job(namespace: str, name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "framework": {"name": "pytorch", "version": "2.4"},
-            "cuda": "12.4",
-            "replicaSpecs": {"Worker": {"replicas": 1, "gpus": 8}},
-        },
-    }
+    return job(name, namespace=namespace, workers=1).manifest()
 
 
 def _phase(kube: Kube, namespace: str, name: str) -> str:

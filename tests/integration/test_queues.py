@@ -8,50 +8,24 @@ from typing import Any
 
 import pytest
 
+from tests.builders import H100, job, queue
 from tests.integration.conftest import Kube
 from trainop.inventory.pods import is_terminated, pod_binding
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-H100 = "NVIDIA-H100-80GB-HBM3"
-
 
 def _queue(name: str, namespace: str, gpus: int, cohort: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaces": [namespace],
-            "default": True,
-            "cohort": cohort,
-            "quotas": [{"name": "h100", "products": [H100], "gpus": gpus}],
-            "policy": {"allowedFrameworks": ["pytorch"]},
-            # Quota and reclaim are under test, not topology-aware waiting: a gang spread
-            # by an earlier test's leftovers would otherwise wait for a better block.
-            "topologyWaitSeconds": 0,
-        },
-    }
+    builder = queue(name).serves(namespace, default=True).cohort(cohort)
+    builder.quota("h100", gpus, H100).policy(allowedFrameworks=["pytorch"])
+    # Quota and reclaim are under test, not topology-aware waiting: a gang spread by an
+    # earlier test's leftovers would otherwise wait for a better block.
+    return builder.set("topologyWaitSeconds", 0).build()
 
 
 def _job(namespace: str, name: str, replicas: int, **template_spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "framework": {"name": "pytorch", "version": "2.4"},
-            "cuda": "12.4",
-            "replicaSpecs": {
-                "Worker": {
-                    "replicas": replicas,
-                    "gpus": 8,
-                    "template": {"spec": {"containers": [{"name": "trainer"}], **template_spec}},
-                }
-            },
-            "placement": {"topology": "block", "mode": "Preferred", "gpuProducts": [H100]},
-        },
-    }
+    builder = job(name, namespace=namespace, workers=replicas).template(**template_spec)
+    return builder.placement("block", "Preferred", [H100]).manifest()
 
 
 def _status(kube: Kube, ns: str, name: str) -> dict[str, Any]:

@@ -10,28 +10,15 @@ from typing import Any
 
 import pytest
 
+from tests.builders import A100, job, queue
 from tests.integration.conftest import Kube
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-A100 = "NVIDIA-A100-SXM4-80GB"
-
 
 def mpi_job(ns: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "framework": {"name": "mpi"},
-            "cuda": "12.4",
-            "replicaSpecs": {
-                "Launcher": {"replicas": 1, "gpus": 0},
-                "Worker": {"replicas": 1, "gpus": 1},
-            },
-            "placement": {"gpuProducts": [A100]},
-        },
-    }
+    builder = job(name, "mpi", None, namespace=ns, workers=None).products(A100)
+    return builder.role("Launcher", 1, 0).role("Worker", 1, 1).manifest()
 
 
 def pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
@@ -83,14 +70,7 @@ def test_ssh_secret_is_owned_read_only_0400_and_per_job(kube: Kube, namespace: s
 
 def test_a_job_cannot_use_a_queue_of_another_namespace(kube: Kube, namespace: str) -> None:
     qname = f"other-{uuid.uuid4().hex[:6]}"
-    kube.apply(
-        {
-            "apiVersion": "trainop.dev/v1alpha1",
-            "kind": "TrainingQueue",
-            "metadata": {"name": qname},
-            "spec": {"namespaces": ["somewhere-else"]},
-        }
-    )
+    kube.apply(queue(qname).serves("somewhere-else").build())
     job = mpi_job(namespace, "intruder")
     job["spec"]["queue"] = qname
     try:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders import job
 from tests.integration.conftest import Kube, OperatorProcess, repo_root
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -28,16 +29,20 @@ def _job(
     run_policy: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    job = _example()
-    job["metadata"] = {"name": name, "namespace": namespace}
-    worker = job["spec"]["replicaSpecs"]["Worker"]
-    worker["replicas"], worker["gpus"] = replicas, gpus
+    """examples/pytorch-ddp.yaml's job, resized; `spec` sets further fields as they are."""
+    builder = job(name, namespace=namespace, workers=replicas, gpus=gpus)
+    builder.template(
+        containers=[{"name": "trainer", "command": ["torchrun", "/workspace/train.py"]}]
+    )
+    builder.placement("rack").set("network", {"fabric": "Auto"})
+    builder.set("runPolicy", {"restartPolicy": "OnFailure", "backoffLimit": 3})
     if annotations:
-        worker["template"].setdefault("metadata", {})["annotations"] = annotations
+        builder.pod_annotations(**annotations)
     if run_policy is not None:
-        job["spec"]["runPolicy"] = run_policy
-    job["spec"].update(spec)
-    return job
+        builder.set("runPolicy", run_policy)
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.manifest()
 
 
 def _phase(kube: Kube, ns: str, name: str) -> str | None:

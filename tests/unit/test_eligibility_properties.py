@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import job, node
 from trainop.api import constants as c
 from trainop.catalog import Release, load_catalog
 from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE, MODES
@@ -46,52 +47,23 @@ def fleets(draw: Any) -> list[dict[str, Any]]:
     for i in range(n):
         g = draw(st.sampled_from(PRODUCTS))
         driver = draw(st.sampled_from(DRIVERS))
-        labels = {
-            c.LABEL_HOSTNAME: f"n{i}",
-            c.LABEL_RACK: f"r{draw(st.integers(0, 1))}",
-            c.GFD_PRODUCT: g.label,
-            c.GFD_COMPUTE_MAJOR: str(g.cc[0]),
-            c.GFD_COMPUTE_MINOR: str(g.cc[1]),
-            c.GFD_DRIVER_FULL: driver,
-            c.GFD_DRIVER_MAJOR: driver.split(".")[0],
-        }
-        nodes.append(
-            {
-                "metadata": {"name": f"n{i}", "labels": labels},
-                "status": {
-                    "allocatable": {c.RESOURCE_GPU: str(draw(st.sampled_from([4, 8])))},
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                },
-            }
-        )
+        rack = f"r{draw(st.integers(0, 1))}"
+        gpus = draw(st.sampled_from([4, 8]))
+        compute = (str(g.cc[0]), str(g.cc[1]))
+        nodes.append(node(f"n{i}").gfd(g.label, driver, compute).rack(rack).gpus(gpus).build())
     return nodes
 
 
 @st.composite
 def jobs(draw: Any) -> dict[str, Any]:
     fw = draw(st.sampled_from(["pytorch", "tensorflow", "mxnet", "jax"]))
-    spec: dict[str, Any] = {
-        "framework": {"name": fw},
-        "replicaSpecs": {
-            "Worker": {
-                "replicas": draw(st.integers(1, 3)),
-                "gpus": draw(st.sampled_from([1, 4, 8])),
-            }
-        },
-        "placement": {"topology": draw(st.sampled_from(["none", "rack"]))},
-    }
+    builder = job("p", fw, None, None, namespace="ns", workers=None)
+    builder.workers(draw(st.integers(1, 3)), draw(st.sampled_from([1, 4, 8])))
+    builder.set("placement", {"topology": draw(st.sampled_from(["none", "rack"]))})
     if fw == "mxnet":
-        spec["replicaSpecs"]["Server"] = {"replicas": 1}
-        spec["replicaSpecs"]["Scheduler"] = {"replicas": 1}
+        builder.role("Server", 1).role("Scheduler", 1)
     cuda = draw(st.sampled_from([None, "11.2", "12.1", "12.4", "12.8", "13.0"]))
-    if cuda:
-        spec["cuda"] = cuda
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": "TrainingJob",
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-        "spec": spec,
-    }
+    return builder.cuda(cuda).build()
 
 
 def _arch_ok(cc: tuple[int, int], rel: Release) -> bool:

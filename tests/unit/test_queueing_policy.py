@@ -400,12 +400,11 @@ def test_group_of(queue: QueueState, product: str, group: str) -> None:
 
 
 def queue_obj(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingQueue",
-        "metadata": {"name": "q"},
-        "spec": spec,
-    }
+    """TrainingQueue q with these spec fields, as they are (valid or not)."""
+    builder = queue("q")
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.build()
 
 
 def test_queue_state_from_resource() -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.builders import fleet_nodes, job
+from tests.builders import H100, fleet_nodes, job, queue
 from tests.unit.manifest_helpers import EXAMPLES, FLEET_NODES
 from trainop.api import constants as c
 from trainop.cli.main import cli
@@ -17,7 +17,6 @@ from trainop.cli.simulate import compress_nodes
 from trainop.planner import OperatorConfig
 from trainop.queueing import SimInputError, SimResult, simulate
 
-H100 = "NVIDIA-H100-80GB-HBM3"
 SIM = EXAMPLES / "sim"
 
 
@@ -55,19 +54,13 @@ def tj(
 
 
 def tq(name: str, gpus: int, *, cohort: str | None = None, **spec: Any) -> dict[str, Any]:
-    ns = spec.pop("namespaces", [f"team-{name}"])
-    return {
-        "apiVersion": "trainop.dev/v1alpha1",
-        "kind": "TrainingQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaces": ns,
-            "default": True,
-            "quotas": [{"name": "h100", "products": [H100], "gpus": gpus}],
-            **({"cohort": cohort} if cohort else {}),
-            **spec,
-        },
-    }
+    builder = queue(name).serves(*spec.pop("namespaces", [f"team-{name}"]), default=True)
+    builder.quota("h100", gpus, H100)
+    if cohort:
+        builder.cohort(cohort)
+    for key, value in spec.items():
+        builder.set(key, value)
+    return builder.build()
 
 
 def times(result: SimResult, key: str) -> tuple[Any, ...]:
