@@ -103,7 +103,11 @@ def test_quota_borrowing_and_reclaim_preemption(kube: Kube, tenants: tuple[str, 
     kube.apply(_job(b, "b-claim", 8))
     kube.wait_for("b-claim running", lambda: _running_pods(kube, b, "b-claim") == 8, timeout=90)
     victim = _status(kube, a, "a-borrow")
-    preempted = next(c for c in victim["conditions"] if c["type"] == "Preempted")
+    preempted = next((c for c in victim["conditions"] if c["type"] == "Preempted"), None)
+    assert preempted is not None, (
+        f"a-borrow was not marked Preempted: {victim}; a-big: {_status(kube, a, 'a-big')}; "
+        f"a-big events: {[e['reason'] for e in kube.events_for(a, 'a-big')]}"
+    )
     assert preempted["status"] == "True" and preempted["reason"] == "Reclaim"
     assert victim.get("restartCount", 0) == 0, "a preemption does not consume backoffLimit"
     assert _running_pods(kube, a, "a-borrow") == 0

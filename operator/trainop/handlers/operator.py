@@ -563,13 +563,21 @@ async def _event(body: Mapping[str, Any], etype: str, reason: str, message: str)
 
 # --- what the admission loop asks of the shell ----------------------------------------------
 async def evict(decision: JobDecision, now: datetime) -> None:
-    """Evict a preemption victim: status Preempted (once), Event, count, delete its pods."""
+    """Evict a preemption victim: status Preempted (once), Event, count, delete its pods.
+
+    Under the job's lock, as a reconcile: a reconcile of the victim already under way would
+    otherwise write its status, computed before the eviction, over the Preempted condition.
+    """
+    key = key_of(decision.key)
+    async with Runtime.locks.setdefault(key, asyncio.Lock()):
+        victim = Runtime.state.job(key)
+        if victim is not None:
+            await _evict(key, victim, decision, now)
+
+
+async def _evict(key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime) -> None:
     api = Runtime.api
     assert api is not None
-    key = key_of(decision.key)
-    victim = Runtime.state.job(key)
-    if victim is None:
-        return
     pods = Runtime.state.job_pods(key, victim["metadata"].get("uid"))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     already = any(
