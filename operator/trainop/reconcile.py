@@ -65,7 +65,8 @@ _PENDING_FIELDS = (
 
 @dataclass
 class Actions:
-    """What the shell should do; applied in this order: delete, create, ungate, status."""
+    """What the shell should do; applied in this order: delete, create, ungate, status (the
+    status first when it admits a gang: admission is news before the pods exist)."""
 
     delete_pods: list[str] = field(default_factory=list)
     create: list[dict[str, Any]] = field(default_factory=list)

@@ -420,7 +420,7 @@ async def reconcile_job(key: Key) -> None:
                 state.decisions.pop(key, None)  # carried out: the next gang decides anew
         except Exception as exc:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
-            await _report_failure(key, body, exc)
+            await _report_failure(key, state.job(key) or body, exc)  # with any status written
             acts = None
         finally:
             metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(
@@ -494,6 +494,12 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     for gone in acts.delete_pods:
         state.drop_created(ns, gone)
     await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
+    # Admission is news before the gang's pods exist (Kueue's Workload is admitted before
+    # its pods, too): a large gang takes seconds to create. Should a create fail, the job
+    # goes back in line (_report_failure), where it waits with the reason.
+    admitted_first = _admits(body, acts)
+    if admitted_first:
+        await _write_status(ns, name, body, acts.status)
     await _create(ns, name, body, acts)
     ungate = list(acts.ungate)
     if acts.release_created:  # the whole gang exists now: release it without a round trip
@@ -506,11 +512,18 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         )
     )
     state.released.update({(ns, p): time.monotonic() for p in release})
-    await _write_status(ns, name, body, acts.status)
+    if not admitted_first:
+        await _write_status(ns, name, body, acts.status)
     for etype, reason, message in acts.events:
         await _event(body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
+
+
+def _admits(body: Mapping[str, Any], acts: Actions) -> bool:
+    """Whether these Actions admit a gang: they enter Admitted and create its pods."""
+    entering = (body.get("status") or {}).get("phase") != "Admitted"
+    return entering and acts.status.get("phase") == "Admitted" and bool(acts.create)
 
 
 async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
