@@ -515,6 +515,18 @@ RECLAIM_CASES = {
     "reclaim-disabled": Case(
         cohort(reclaim=False), [*B_BORROWS, workload("a/x", "a", 16).build()], {"a/x": "Wait:Quota"}
     ),
+    # Both of b's gangs started in the same second (startTime has no finer grain): the
+    # borrower, the smaller one, goes; never the one its quota holds (a CI flake, found).
+    "reclaim-takes-the-borrower-when-start-times-tie": Case(
+        cohort(),
+        [
+            workload("b/big", "b", 16).running_on("h0", "h1", started=5).build(),
+            workload("b/borrow", "b", 8).running_on("h2", started=5).build(),
+            workload("a/x", "a", 16).build(),
+        ],
+        {"a/x": "Wait:Quota", "b/borrow": "Preempt:Reclaim", "b/big": "Keep"},
+        victims={"a/x": ("b/borrow",)},
+    ),
 }
 
 

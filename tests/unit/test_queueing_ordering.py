@@ -71,11 +71,17 @@ def test_queue_order_puts_the_first_before_the_second(
     assert first < second
 
 
-def _running(key: str, prio: int, started: float | None, group: str = "h100") -> Running:
-    job = (
-        workload(key, "q", 8).prio(prio).running_on("h0", started=0.0).set(started=started).build()
-    )
-    return Running(job, group)
+def _running(
+    key: str,
+    prio: int,
+    started: float | None,
+    group: str = "h100",
+    *,
+    created: float = 0.0,
+    gpus: int = 8,
+) -> Running:
+    builder = workload(key, "q", gpus).prio(prio).created(created).running_on("h0")
+    return Running(builder.set(started=started).build(), group)
 
 
 @pytest.mark.parametrize(
@@ -95,6 +101,19 @@ def _running(key: str, prio: int, started: float | None, group: str = "h100") ->
             [_running("q/started", 1, 9.0), _running("q/unknown", 1, None)],
             ["q/unknown", "q/started"],
             id="no-start-time-counts-as-just-started",
+        ),
+        pytest.param(
+            [
+                _running("q/a-first", 1, 5.0, created=1.0),
+                _running("q/b-later", 1, 5.0, created=2.0),
+            ],
+            ["q/b-later", "q/a-first"],
+            id="same-start-second-the-later-created-first",
+        ),
+        pytest.param(
+            [_running("q/a-big", 1, 5.0, gpus=64), _running("q/b-small", 1, 5.0, gpus=32)],
+            ["q/b-small", "q/a-big"],
+            id="same-start-and-creation-the-smaller-first",
         ),
     ],
 )

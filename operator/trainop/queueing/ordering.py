@@ -55,18 +55,23 @@ def queue_order(
     return (would_borrow, share, -head.priority, head.created, queue)
 
 
-def victim_order(r: Running) -> tuple[int, float, str]:
+def victim_order(r: Running) -> tuple[int, float, float, int, str]:
     """Lowest priority first, then the youngest (latest start) first; a job without a
-    start time is treated as just started."""
+    start time is treated as just started. Start times have a resolution of one second
+    (status.startTime), so two gangs admitted in the same second tie: the one created later,
+    then the smaller one goes first. Otherwise a reclaim could take a gang that fits its
+    queue's quota, and more GPUs than needed, in place of the one that borrows."""
     started = r.job.started if r.job.started is not None else math.inf
-    return (r.job.priority, -started, r.job.key)
+    return (r.job.priority, -started, -r.job.created, r.job.gpus, r.job.key)
 
 
-def same_group_first(group: str) -> Callable[[Running], tuple[bool, int, float, str]]:
+def same_group_first(
+    group: str,
+) -> Callable[[Running], tuple[bool, int, float, float, int, str]]:
     """Victims charged to the wanted group free its quota and nodes; others only free a
     running slot (maxRunningJobs), so they come last."""
 
-    def key(r: Running) -> tuple[bool, int, float, str]:
+    def key(r: Running) -> tuple[bool, int, float, float, int, str]:
         return (r.group != group, *victim_order(r))
 
     return key
