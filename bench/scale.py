@@ -1138,6 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-hours-per-second", type=float, default=24.0)
     ap.add_argument("--timeout", type=float, default=900)
     args = ap.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)  # operator logs go there from the start
     results: dict[str, Any] = {"seed": SEED, "kubeflow": KUBEFLOW_NOTE}
     if (RESULTS / "scale.json").is_file():  # keep the scenarios this run skips
         results.update(json.loads((RESULTS / "scale.json").read_text()))
