@@ -13,9 +13,10 @@ no container runtime and no image registry:
   GPU request, node selector and tolerations as the bare-pod baseline and a `gang` label
   on its pods, so the benchmark's pod watch can time both the same way.
 
-Run outside a pod, the manager would wait forever for webhook certificates: its cert
-rotator writes them to a Secret and then waits for the kubelet to mount that Secret as
-files. Here the files are copied from the Secret instead. No webhook configuration is
+Run outside a pod, the manager never starts its controllers: its cert rotator writes the
+webhook certificates to a Secret, waits for the kubelet to mount that Secret as files
+(a backoff of 17 to 34 minutes) and then exits. Here the files are copied from the
+Secret instead (github.com/open-policy-agent/cert-controller, pkg/rotator, v0.10.1). No webhook configuration is
 registered, so the apiserver never calls the webhook (PyTorchJobs are not validated on
 admission; the controller's own checks still run).
 """
@@ -26,6 +27,7 @@ import base64
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -134,31 +136,39 @@ def _ready(health_port: int) -> bool:
         return False
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def start_training_operator(
     kubeconfig: str,
     log: Path,
     *,
-    metrics_port: int = 18080,
-    health_port: int = 18081,
-    webhook_port: int = 19443,
+    metrics_port: int | None = None,
+    health_port: int | None = None,
+    webhook_port: int | None = None,
     timeout: float = 120.0,
 ) -> subprocess.Popen[bytes]:
     """Install the prerequisites, start the manager (PyTorchJob only, upstream defaults
-    otherwise: 1 controller thread, client QPS 20) and wait for /readyz."""
+    otherwise: 1 controller thread, client QPS 20) and wait for /readyz. Ports left unset
+    are picked free: a fixed one could answer /readyz from another process."""
     binary = ensure_training_operator()
     _install(kubeconfig)
     _mount_certs(kubeconfig)  # certificates a previous run left in the Secret: ready at once
+    health = health_port or _free_port()
     args = [
         str(binary),
         "--enable-scheme=pytorchjob",
-        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-        f"--health-probe-bind-address=127.0.0.1:{health_port}",
-        f"--webhook-server-port={webhook_port}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port or _free_port()}",
+        f"--health-probe-bind-address=127.0.0.1:{health}",
+        f"--webhook-server-port={webhook_port or _free_port()}",
     ]
     env = dict(os.environ, KUBECONFIG=kubeconfig, MY_POD_NAMESPACE=NAMESPACE, TMPDIR="/tmp")
     proc = subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
-    while not _ready(health_port):
+    while proc.poll() is not None or not _ready(health):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait(30)
