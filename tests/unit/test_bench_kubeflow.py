@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from bench.kubeflow_baseline import pytorch_job
 from bench.scale import Gang, bare_pod
 
