@@ -83,6 +83,7 @@ def run(
     import kopf
     from prometheus_client import start_http_server
 
+    from trainop.handlers import heap
     from trainop.handlers import operator as handlers
     from trainop.kube.client import load_kube_config
     from trainop.planner import OperatorConfig
@@ -95,6 +96,7 @@ def run(
         # kopf logs "Handler ... succeeded." for every pod and job event: thousands of lines
         # a minute in a burst, and CPU. Its warnings and errors still show; --verbose shows all.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     config = OperatorConfig()
     if config_path:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from trainop import metrics
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
+from trainop.handlers import heap
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.kube.client import CONCURRENCY, KubeApi
@@ -330,6 +331,7 @@ async def _resync_forever() -> None:
             body = state.job(key)
             if body is not None and (body.get("status") or {}).get("phase") in _RESYNC_PHASES:
                 _spawn(reconcile_job(key))
+        heap.trim()  # what a burst's events and decisions freed goes back to the system
 
 
 async def _delete_pods(namespace: str, name: str) -> None:
