@@ -533,6 +533,9 @@ def build_plan(
         else []
     )
 
+    # A gang of one pod is whole the moment it exists: no gate to release (one write less).
+    gate = gated and len(pod_plans) > 1
+
     def build_pods() -> tuple[dict[str, Any], ...]:
         pods = [
             build_pod(
@@ -541,7 +544,7 @@ def build_plan(
                 spec.replica_specs[plan.role].template,
                 gang_generation=gang_generation,
                 priority_class_name=spec.priority_class_name,
-                gated=gated,
+                gated=gate,
                 config_map=cm_name,
             )
             for plan in pod_plans

@@ -36,6 +36,7 @@ from trainop.failures import (
     strongest,
 )
 from trainop.inventory import Snapshot, pod_request
+from trainop.inventory.pods import is_gated
 from trainop.manifests import pod_name
 from trainop.planner import (
     InvalidJob,
@@ -137,11 +138,6 @@ def _generation(pod: Mapping[str, Any]) -> int | None:
 
 def _phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def _gated(pod: Mapping[str, Any]) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == c.SCHEDULING_GATE for g in gates)
 
 
 def _role_of(pod: Mapping[str, Any], spec: TrainingJobSpec) -> str | None:
@@ -365,7 +361,7 @@ def _situation(ctx: _Ctx) -> str:
     """Which handler decides: by the pods the job has, not by the phase it last wrote."""
     if not ctx.live:
         return "restarting" if ctx.st.phase == "Restarting" else "waiting"
-    if any(_gated(p) for p in ctx.live):
+    if any(is_gated(p) for p in ctx.live):
         return "admitted"
     return "running"
 
@@ -473,7 +469,7 @@ def _on_waiting(ctx: _Ctx, backoff: bool = False) -> Actions:
 def _on_admitted(ctx: _Ctx) -> Actions:
     """A gated gang: release it whole, or start over when it is incomplete or its node went."""
     missing = _stray_and_missing(ctx)
-    gated = [p for p in ctx.live if _gated(p)]
+    gated = [p for p in ctx.live if is_gated(p)]
     if missing:
         # A half-created gang (operator stopped mid-create): nothing ran yet, so
         # start over rather than trust an old placement.

@@ -252,6 +252,15 @@ def test_gang_generation_and_gate() -> None:
     assert all("schedulingGates" not in pod["spec"] for pod in ungated.pods)
 
 
+def test_a_one_pod_gang_is_created_released() -> None:
+    """Whole as soon as it exists: no gate, so no release write (its other gates stay)."""
+    template = {"spec": {"schedulingGates": [{"name": "other"}]}}
+    p = plan_job(pytorch(1, 8, template=template).build(), fleet_snapshot(), CONFIG)
+    assert isinstance(p, Plan)
+    (pod,) = p.pods
+    assert pod["spec"]["schedulingGates"] == [{"name": "other"}]
+
+
 def test_user_env_and_resources_survive_planning() -> None:
     template = {
         "spec": {

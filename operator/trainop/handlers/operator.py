@@ -33,6 +33,7 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
+from trainop.inventory.pods import is_gated
 from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
@@ -505,7 +506,7 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     await _create(ns, name, body, acts)
     ungate = list(acts.ungate)
     if acts.release_created:  # the whole gang exists now: release it without a round trip
-        ungate += [o["metadata"]["name"] for o in acts.create if o["kind"] == "Pod"]
+        ungate += [o["metadata"]["name"] for o in acts.create if o["kind"] == "Pod" and is_gated(o)]
     release = state.to_release(ns, ungate, time.monotonic())
     await asyncio.gather(
         *(

@@ -34,7 +34,7 @@ from typing import Any
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
-from trainop.inventory.pods import BY_NAME
+from trainop.inventory.pods import BY_NAME, is_gated
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -244,7 +244,7 @@ class ShellState:
         old_gpus = self.pod_gpus.get(key)
         self.pods[key] = slim
         self._pop_inflight(key)
-        if key in self.released and not _gated(slim):
+        if key in self.released and not is_gated(slim):
             self.released.pop(key, None)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
@@ -598,11 +598,6 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
     ),
     "fabricprofiles": _load_fabric,
 }
-
-
-def _gated(pod: Mapping[str, Any]) -> bool:
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == c.SCHEDULING_GATE for g in gates)
 
 
 def _slim_job(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainop.api.constants import ANNOTATION_DRA_GPUS, LABEL_HOSTNAME, RESOURCE_GPU
+from trainop.api.constants import (
+    ANNOTATION_DRA_GPUS,
+    LABEL_HOSTNAME,
+    RESOURCE_GPU,
+    SCHEDULING_GATE,
+)
 from trainop.inventory.quantity import parse_count
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -28,6 +33,12 @@ def _get(obj: Any, *path: str) -> Any:
 def is_terminated(pod: Mapping[str, Any]) -> bool:
     """Succeeded/Failed pods released their devices; deleting pods did not yet (they still run)."""
     return _get(pod, "status", "phase") in TERMINAL_PHASES
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Held behind trainop's scheduling gate: created, not released yet."""
+    gates = _get(pod, "spec", "schedulingGates") or []
+    return any(isinstance(g, Mapping) and g.get("name") == SCHEDULING_GATE for g in gates)
 
 
 def container_request(container: Mapping[str, Any], resource: str = RESOURCE_GPU) -> int:
