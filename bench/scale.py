@@ -1001,7 +1001,9 @@ def cluster_with(nodes: int, rack: int) -> Any:
     return lc
 
 
-def burst(nodes: int, jobs: int, rack: int, timeout: float) -> dict[str, Any]:
+def burst(
+    nodes: int, jobs: int, rack: int, timeout: float, kubeflow: bool = True
+) -> dict[str, Any]:
     lc = cluster_with(nodes, rack)
     client = Client(str(lc.kubeconfig))
     gangs = mixed_gangs(jobs)
@@ -1022,6 +1024,8 @@ def burst(nodes: int, jobs: int, rack: int, timeout: float) -> dict[str, Any]:
         "trainop": asdict(ours),
         "ratio_total": round(ratio, 2),
     }
+    if not kubeflow:
+        return out
     try:
         kf = run_kubeflow(client, str(lc.kubeconfig), gangs, timeout)
     except Exception as exc:  # no Go toolchain, a failed build: the result says so
@@ -1190,6 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-deep", action="store_true")
     ap.add_argument("--skip-burst", action="store_true")
     ap.add_argument("--skip-trace", action="store_true")
+    ap.add_argument("--skip-kubeflow", action="store_true", help="burst without that baseline")
     ap.add_argument("--trace-pods", type=int, default=2000)
     ap.add_argument("--trace-hours-per-second", type=float, default=24.0)
     ap.add_argument("--timeout", type=float, default=900)
@@ -1199,7 +1204,9 @@ def main(argv: list[str] | None = None) -> int:
     if (RESULTS / "scale.json").is_file():  # keep the scenarios this run skips
         results.update(json.loads((RESULTS / "scale.json").read_text()))
     if not args.skip_burst:
-        results["burst"] = burst(args.nodes, args.jobs, args.rack_size, args.timeout)
+        results["burst"] = burst(
+            args.nodes, args.jobs, args.rack_size, args.timeout, kubeflow=not args.skip_kubeflow
+        )
         write_report(results)
     if not args.skip_trace:
         results["trace"] = trace(args.trace_pods, args.trace_hours_per_second, args.timeout)

@@ -253,27 +253,41 @@ def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "tell"),
+    ("old", "new", "tell", "since"),
     [
-        pytest.param(None, (False, "NoFit", "m", 40), True, id="first-verdict"),
-        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 40), False, id="same"),
-        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 39), False, id="deep-move"),
-        pytest.param((False, "NoFit", "m", 11), (False, "NoFit", "m", 10), True, id="front-move"),
-        pytest.param((False, "NoFit", "m", 40), (False, "Quota", "m", 40), True, id="reason"),
+        pytest.param(None, (False, "NoFit", "m", 40), True, 60.0, id="first-verdict"),
+        pytest.param((False, "NoFit", "m", 40), (False, "NoFit", "m", 40), False, 60.0, id="same"),
         pytest.param(
-            (False, "NoFit", "m", 40), (False, "NoFit", "m2", 40), False, id="deep-message"
+            (False, "NoFit", "m", 40), (False, "NoFit", "m", 39), False, 60.0, id="deep-move"
         ),
-        pytest.param((False, "NoFit", "m", 3), (False, "NoFit", "m2", 3), True, id="front-message"),
+        pytest.param(
+            (False, "NoFit", "m", 11), (False, "NoFit", "m", 10), True, 60.0, id="front-move"
+        ),
+        pytest.param((False, "NoFit", "m", 40), (False, "Quota", "m", 40), True, 60.0, id="reason"),
+        pytest.param(
+            (False, "NoFit", "m", 40), (False, "NoFit", "m2", 40), False, 60.0, id="deep-message"
+        ),
+        pytest.param(
+            (False, "NoFit", "m", 3), (False, "NoFit", "m2", 3), True, 60.0, id="front-message"
+        ),
+        pytest.param(
+            (False, "NoFit", "m", 3), (False, "NoFit", "m2", 3), False, 5.0, id="front-message-soon"
+        ),
+        pytest.param(
+            (False, "NoFit", "m", 3), (False, "NoFit", "m", 2), True, 5.0, id="front-move-soon"
+        ),
     ],
 )
-def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool) -> None:
+def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool, since: float) -> None:
+    """`since`: seconds since the old verdict last reached the job."""
     from trainop.handlers.scheduler import Verdict, _worth_telling
     from trainop.reconcile import Admission
 
-    def verdict(v: Any) -> Verdict | None:
-        return None if v is None else Verdict(Admission(*v), "uid", 1)
+    def verdict(v: Any, told: float) -> Verdict | None:
+        return None if v is None else Verdict(Admission(*v), "uid", 1, told)
 
-    assert _worth_telling(verdict(old), verdict(new)) is tell  # type: ignore[arg-type]
+    got = _worth_telling(verdict(old, 100.0), verdict(new, 100.0 + since), 100.0 + since)  # type: ignore[arg-type]
+    assert got is tell
 
 
 def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> None:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -48,15 +50,20 @@ class Verdict:
     admission: Admission
     uid: str | None
     generation: int | None
+    told: float = 0.0  # when this wait last reached the job (monotonic)
 
 
 # Queue positions (and wait messages) up to this position are written to status as they
 # move; further back, they are refreshed only with the job's next status change (a deep
 # queue would otherwise rewrite every waiting job's status on every admission).
 POSITIONS_TRACKED = 10
+# A wait whose only change is its message (NoFit quotes the free GPUs, which move with every
+# pod a burst starts) is written at most this often, even at the head of the line: at 500
+# jobs, one patch per admission cycle per head job was most of the operator's writes.
+MESSAGE_REFRESH_SECONDS = 10.0
 
 
-def _worth_telling(old: Verdict | None, new: Verdict) -> bool:
+def _worth_telling(old: Verdict | None, new: Verdict, now: float = math.inf) -> bool:
     """Whether a new verdict must reach the job now (a reconcile, maybe a status write)."""
     if old is None or old.uid != new.uid or old.generation != new.generation:
         return True
@@ -65,9 +72,12 @@ def _worth_telling(old: Verdict | None, new: Verdict) -> bool:
         return True
     if (a.message, a.position) == (b.message, b.position):
         return False
-    # The same wait with another message (NoFit quotes free GPUs) or position: written
-    # now near the head of the line, else with the job's next real change.
-    return min(a.position or 0, b.position or 0) <= POSITIONS_TRACKED
+    # The same wait with another position or message: written near the head of the line
+    # (a new message at most every MESSAGE_REFRESH_SECONDS), else with the job's next
+    # real change.
+    if min(a.position or 0, b.position or 0) > POSITIONS_TRACKED:
+        return False
+    return a.position != b.position or now - old.told >= MESSAGE_REFRESH_SECONDS
 
 
 def key_of(job_key: str) -> Key:
@@ -213,12 +223,14 @@ class AdmissionLoop:
                 queue=decision.queue,
             )
             meta = body["metadata"]
-            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"))
+            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"), now)
             if admitted:
                 assert isinstance(plan, Plan)
                 state.assume(key, plan_pods(plan), now)
             old = state.decisions.get(key)
-            state.decisions[key] = verdict
-            if _worth_telling(old, verdict):
+            if _worth_telling(old, verdict, now):
                 changed.append(key)
+            elif old is not None:
+                verdict = dataclasses.replace(verdict, told=old.told)
+            state.decisions[key] = verdict
         return changed
