@@ -1,11 +1,12 @@
 """The operator process's C heap: fewer glibc malloc arenas, and freed memory handed back.
 
-Why: live Python objects of an operator watching 2,000 nodes and 8,000 pods take about
-110 MB (measured with tracemalloc in `make bench-scale`'s deep-queue run), yet its resident
-set grew past 1 GB. The gap is glibc's allocator, not Python: every thread that allocates
-(the API client's thread pool decodes JSON responses in threads) gets its own malloc arena,
-up to 8 per core, and memory freed inside an arena stays with the process. Two arenas and a
-trim after each resync keep the resident set near what is in use.
+Why: in `make bench-scale`'s deep-queue run (2,000 nodes, 8,000 pods), tracemalloc counted
+about 110 MB of live Python objects during the fill while the resident set was several times
+that and peaked at 1,008 MB. Part of the gap is glibc's allocator: every thread that
+allocates (the API client's pool decodes JSON responses in threads) gets its own malloc
+arena, up to 8 per core, and memory freed inside an arena stays with the process. With two
+arenas and a trim after each resync the peak was 831 MB: better, still far from what is in
+use (pymalloc's own arenas and kopf's per-object state are the next places to look).
 
 glibc documents both knobs: M_ARENA_MAX (mallopt, or MALLOC_ARENA_MAX in the environment)
 https://www.gnu.org/software/libc/manual/html_node/Memory-Allocation-Tunables.html and

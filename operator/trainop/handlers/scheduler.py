@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ POSITIONS_TRACKED = 10
 MESSAGE_REFRESH_SECONDS = 10.0
 
 
-def _worth_telling(old: Verdict | None, new: Verdict, now: float = math.inf) -> bool:
+def _worth_telling(old: Verdict | None, new: Verdict, now: float) -> bool:
     """Whether a new verdict must reach the job now (a reconcile, maybe a status write)."""
     if old is None or old.uid != new.uid or old.generation != new.generation:
         return True
