@@ -136,7 +136,8 @@ def _ready(health_port: int) -> bool:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port nothing listens on now (the benchmark's processes pick theirs so)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -157,13 +158,13 @@ def start_training_operator(
     binary = ensure_training_operator()
     _install(kubeconfig)
     _mount_certs(kubeconfig)  # certificates a previous run left in the Secret: ready at once
-    health = health_port or _free_port()
+    health = health_port or free_port()
     args = [
         str(binary),
         "--enable-scheme=pytorchjob",
-        f"--metrics-bind-address=127.0.0.1:{metrics_port or _free_port()}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port or free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{health}",
-        f"--webhook-server-port={webhook_port or _free_port()}",
+        f"--webhook-server-port={webhook_port or free_port()}",
     ]
     env = dict(os.environ, KUBECONFIG=kubeconfig, MY_POD_NAMESPACE=NAMESPACE, TMPDIR="/tmp")
     proc = subprocess.Popen(args, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)

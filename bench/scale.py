@@ -951,15 +951,9 @@ def trace(limit: int, hours_per_second: float, timeout: float) -> dict[str, Any]
 
 # --- the run --------------------------------------------------------------------------------------
 def start_operator(kubeconfig: str, log: Path) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
-    import socket
     import urllib.request
 
-    def free() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
-
-    mport, hport = free(), free()
+    mport, hport = kubeflow_baseline.free_port(), kubeflow_baseline.free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
