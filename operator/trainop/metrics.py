@@ -176,3 +176,13 @@ def observe_failure(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
 
 JOBS = JobsCollector()
 REGISTRY.register(JOBS)
+ASSUMED_GPUS = Gauge(
+    "trainop_assumed_gpus",
+    "GPUs the admission cycle counts for gangs it admitted whose pods the watch has not "
+    "shown yet (assumed or just created); 0 once every admitted gang's pods are seen. A value "
+    "that stays above 0 is a leaked assumption.",
+)
+COUNTED_GPUS = Gauge(
+    "trainop_counted_gpus",
+    "GPUs admission counts as used: those of the live pods it sees plus trainop_assumed_gpus.",
+)
