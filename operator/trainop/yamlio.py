@@ -6,6 +6,12 @@ them back as an int, a float and a bool: an env value or a label turned into a n
 broke a deployment. `dump_yaml` quotes every string that some YAML 1.1 or 1.2 parser would
 resolve to anything but a string, and never writes anchors/aliases (the builders share
 sub-objects, e.g. one node-affinity expression in several terms, and `&id001` confuses people).
+Loads are bounded (`YamlLimits`): input size, nesting depth, and the nodes that aliases add. A
+YAML alias is a reference, so a 1 KB "billion laughs" stream (`b: [*a, *a, ...]` nine levels
+deep) loads as a small shared graph, then expands to ~10^9 objects in whatever walks it
+(validation, copies, JSON): the loader measures each composed document before constructing it.
+See https://en.wikipedia.org/wiki/Billion_laughs_attack and the YAML 1.2 spec on aliases,
+https://yaml.org/spec/1.2.2/#71-alias-nodes.
 Pure: text in, data out; the CLI reads and writes the files.
 """
 
@@ -13,11 +19,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-__all__ = ["YamlInputError", "dump_yaml", "dump_yaml_all", "load_yaml_documents", "needs_quotes"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "YamlInputError",
+    "YamlLimits",
+    "dump_yaml",
+    "dump_yaml_all",
+    "load_yaml",
+    "load_yaml_documents",
+    "needs_quotes",
+]
 
 # YAML 1.1 booleans (go-yaml v2, which kubectl's sigs.k8s.io/yaml uses, includes y/n) and the
 # null spellings of both versions.
@@ -160,6 +176,109 @@ def _timestamp_as_text(loader: yaml.SafeLoader, node: yaml.Node) -> str:
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
 
 
+@dataclass(frozen=True)
+class YamlLimits:
+    """What one load may cost. Kubernetes objects rarely use aliases at all; the largest honest
+    inputs are `kubectl get nodes -o yaml` dumps of a few thousand nodes (a few MiB)."""
+
+    max_bytes: int = 16 << 20  # the whole stream (characters of decoded text)
+    max_alias_nodes: int = 100_000  # per document: nodes that aliases add beyond the text's own
+    max_depth: int = 200  # per document: nested collections (libyaml itself stops at 1,000)
+
+
+DEFAULT_LIMITS = YamlLimits()
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _measure(root: yaml.Node) -> tuple[int, int, int]:
+    """(nodes as written, nodes once every alias is expanded, depth) of a composed document, in
+    time linear in the nodes as written (each shared node is sized once). Raises
+    YamlInputError on an alias that refers to its own ancestor (infinite expansion)."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()  # on the current path: reaching one again is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        kids = _children(node)
+        if closing:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+        elif key in open_:
+            raise YamlInputError("an alias refers to its own ancestor (infinite expansion)")
+        elif key not in size:
+            open_.add(key)
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in size)
+    return len(size), size[id(root)], depth[id(root)]
+
+
+def _check_document(node: yaml.Node, limits: YamlLimits) -> None:
+    written, expanded, depth = _measure(node)
+    if expanded - written > limits.max_alias_nodes:
+        raise YamlInputError(
+            f"aliases expand it by {expanded - written:,} nodes, over the limit of "
+            f"{limits.max_alias_nodes:,} (an alias bomb?); write the values out instead"
+        )
+    if depth > limits.max_depth:
+        raise YamlInputError(f"nested {depth} levels deep, over the limit of {limits.max_depth}")
+
+
+def _check_size(text: str, limits: YamlLimits) -> None:
+    if len(text) > limits.max_bytes:
+        raise YamlInputError(
+            f"{len(text):,} bytes, over the limit of {limits.max_bytes:,} bytes for YAML input"
+        )
+
+
+def _yaml_error(exc: yaml.YAMLError, source: str) -> YamlInputError:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return YamlInputError(f"{source}: not valid YAML{where}: {problem}")
+
+
+def _load_stream(text: str, source: str, limits: YamlLimits) -> list[Any]:
+    """Every document of the stream, each measured against `limits` before it is built."""
+    try:
+        _check_size(text, limits)
+    except YamlInputError as exc:
+        raise YamlInputError(f"{source}: {exc}") from None
+    loader = _Loader(text)
+    docs: list[Any] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            try:
+                _check_document(node, limits)
+            except YamlInputError as exc:
+                raise YamlInputError(f"{source}: document {len(docs) + 1}: {exc}") from None
+            docs.append(loader.construct_document(node))
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, source) from None
+    finally:
+        loader.dispose()
+    return docs
+
+
+def load_yaml(text: str, source: str = "<input>", limits: YamlLimits = DEFAULT_LIMITS) -> Any:
+    """The one document of `text` (None when empty), loaded safely within `limits`; dates stay
+    strings. For data files (catalog, fleet). Raises YamlInputError naming `source`."""
+    docs = _load_stream(text, source, limits)
+    if len(docs) > 1:
+        raise YamlInputError(f"{source}: expected one YAML document, found {len(docs)}")
+    return docs[0] if docs else None
+
+
 def _flatten(doc: Any, where: str) -> list[dict[str, Any]]:
     if doc is None:
         return []
@@ -182,16 +301,13 @@ def _flatten(doc: Any, where: str) -> list[dict[str, Any]]:
     return [doc]
 
 
-def load_yaml_documents(text: str, source: str = "<input>") -> list[dict[str, Any]]:
+def load_yaml_documents(
+    text: str, source: str = "<input>", limits: YamlLimits = DEFAULT_LIMITS
+) -> list[dict[str, Any]]:
     """Every object in a YAML stream, with `v1 List`s (`kind: List`, `NodeList`, ...) replaced
-    by their items and empty documents skipped. Raises YamlInputError naming `source`."""
-    try:
-        docs = list(yaml.load_all(text, Loader=_Loader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise YamlInputError(f"{source}: not valid YAML{where}: {problem}") from None
+    by their items and empty documents skipped; within `limits`. Raises YamlInputError naming
+    `source`."""
+    docs = _load_stream(text, source, limits)
     out: list[dict[str, Any]] = []
     for i, doc in enumerate(docs):
         out.extend(_flatten(doc, f"{source}: document {i + 1}"))

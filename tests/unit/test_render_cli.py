@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.unit.manifest_helpers import (
     pods_of,
 )
 from trainop.api import constants as c
+from trainop.cli.inputs import InputError, read_text
 from trainop.cli.main import cli
 from trainop.yamlio import dump_yaml_all
 
@@ -532,3 +534,28 @@ def test_template_node_selector_is_explained_on_wait(tmp_path: Path) -> None:
     result = render(write_jobs(tmp_path, body))
     assert result.exit_code == 3
     assert "excluded by the Worker template's nodeSelector pool=nowhere" in result.stderr
+
+
+def test_alias_bomb_in_template_spec_exits_2_fast(tmp_path: Path) -> None:
+    # A 1 KB "billion laughs" in a pod template once ran `render` for a minute into MemoryError.
+    lines = ["          l0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"          l{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    text = (EXAMPLES / "pytorch-ddp.yaml").read_text()
+    anchor = "        spec:\n"
+    assert anchor in text
+    p = tmp_path / "bomb.yaml"
+    p.write_text(text.replace(anchor, anchor + "\n".join(lines) + "\n", 1))
+    start = time.perf_counter()
+    result = render(p)
+    assert time.perf_counter() - start < 1.0
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {p}: document 1: aliases expand it by ")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_input_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    p = tmp_path / "big.yaml"
+    p.write_text("a: " + "x" * 100 + "\n")
+    with pytest.raises(InputError, match=r"big\.yaml: more than 64 bytes, over the limit"):
+        read_text(str(p), max_bytes=64)
+    assert read_text(str(p), max_bytes=1000).startswith("a: x")

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import re
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.manifest_helpers import EXAMPLES
 from trainop.yamlio import (
+    DEFAULT_LIMITS,
     YamlInputError,
+    YamlLimits,
     dump_yaml,
     dump_yaml_all,
+    load_yaml,
     load_yaml_documents,
     needs_quotes,
 )
@@ -265,3 +272,97 @@ def test_load_rejects_non_objects(text: str, where: str) -> None:
 def test_round_trip_through_load() -> None:
     objs = [{"kind": "Pod", "metadata": {"labels": {"v": "08", "w": "yes"}}}, {"kind": "Service"}]
     assert load_yaml_documents(dump_yaml_all(objs)) == objs
+
+
+# --- limits: size, depth, alias expansion ---------------------------------------------------
+
+
+def alias_bomb(levels: int = 9, fan: int = 9, indent: str = "") -> str:
+    """The "billion laughs": each level is `fan` aliases of the one before (fan**levels)."""
+    lines = [f"{indent}l0: &a0 [{', '.join(['lol'] * fan)}]"]
+    lines += [
+        f"{indent}l{i}: &a{i} [{', '.join([f'*a{i - 1}'] * fan)}]" for i in range(1, levels + 1)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_is_refused_fast() -> None:
+    text = "kind: Pod\nspec:\n" + alias_bomb(indent="  ")
+    assert len(text) < 1024
+    start = time.perf_counter()
+    with pytest.raises(YamlInputError, match=r"^job\.yaml: document 1: aliases expand it by "):
+        load_yaml_documents(text, source="job.yaml")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_alias_bomb_in_a_later_document_names_it() -> None:
+    text = "kind: Pod\n---\nkind: Pod\nspec:\n" + alias_bomb(indent="  ")
+    with pytest.raises(YamlInputError, match=r"document 2: .*limit of 100,000"):
+        load_yaml_documents(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "limits", "message"),
+    [
+        pytest.param(
+            "a: " + "x" * 100, YamlLimits(max_bytes=64), "over the limit of 64 bytes", id="size"
+        ),
+        pytest.param(
+            "a: [[[[1]]]]\n",
+            YamlLimits(max_depth=4),
+            "nested 6 levels deep, over the limit of 4",
+            id="depth",
+        ),
+        pytest.param(
+            alias_bomb(3, 3), YamlLimits(max_alias_nodes=20), "aliases expand it by", id="aliases"
+        ),
+        pytest.param(
+            "a: &x [1, *x]\n", DEFAULT_LIMITS, "refers to its own ancestor", id="recursive-seq"
+        ),
+        pytest.param(
+            "a: &x {b: *x}\n", DEFAULT_LIMITS, "refers to its own ancestor", id="recursive-map"
+        ),
+    ],
+)
+def test_limits_refuse_with_one_line_naming_source(
+    text: str, limits: YamlLimits, message: str
+) -> None:
+    with pytest.raises(YamlInputError) as info:
+        load_yaml_documents(text, source="in.yaml", limits=limits)
+    assert str(info.value).startswith("in.yaml: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "a: &x {k: v}\nb: *x\nc: *x\n",
+            {"a": {"k": "v"}, "b": {"k": "v"}, "c": {"k": "v"}},
+            id="shared-map",
+        ),
+        pytest.param(
+            "base: &b {x: 1}\nmerged: {<<: *b, y: 2}\n",
+            {"base": {"x": 1}, "merged": {"x": 1, "y": 2}},
+            id="merge-key",
+        ),
+        pytest.param(alias_bomb(3, 3), None, id="small-fan-out"),  # 3**3 = 27 lols
+    ],
+)
+def test_honest_aliases_load(text: str, expected: Any) -> None:
+    got = load_yaml(text)
+    assert expected is None or got == expected
+
+
+def test_load_yaml_is_one_document() -> None:
+    assert load_yaml("") is None
+    assert load_yaml("a: 1\n") == {"a": 1}
+    with pytest.raises(YamlInputError, match="expected one YAML document, found 2"):
+        load_yaml("a: 1\n---\nb: 2\n", source="f.yaml")
+
+
+@pytest.mark.parametrize(
+    "path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES))
+)
+def test_every_example_loads_within_default_limits(path: Path) -> None:
+    assert isinstance(load_yaml_documents(path.read_text(), source=str(path)), list)

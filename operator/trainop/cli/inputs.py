@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from trainop.yamlio import YamlInputError, load_yaml_documents
+from trainop.yamlio import DEFAULT_LIMITS, YamlInputError, load_yaml_documents
 
 STDIN = "-"
 EXIT_INVALID = 2  # DESIGN.md: invalid input, as click itself exits on a usage error
@@ -30,16 +29,30 @@ def exit_invalid(message: str) -> NoReturn:
     sys.exit(EXIT_INVALID)
 
 
-def read_text(path: str) -> str:
-    """The file's text; '-' reads standard input."""
-    if path == STDIN:
-        return sys.stdin.read()
+def read_text(path: str, max_bytes: int = DEFAULT_LIMITS.max_bytes) -> str:
+    """The file's text; '-' reads standard input. More than `max_bytes` is an InputError, found
+    without reading past the limit (a /dev/zero or a runaway pipe does not fill memory)."""
+    name = "<stdin>" if path == STDIN else path
     try:
-        return Path(path).read_text(encoding="utf-8")
+        if path == STDIN:
+            stream = getattr(sys.stdin, "buffer", None)  # None when stdin is a text-only stand-in
+            data = (
+                stream.read(max_bytes + 1)
+                if stream is not None
+                else sys.stdin.read(max_bytes + 1).encode("utf-8")
+            )
+        else:
+            with open(path, "rb") as f:
+                data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise InputError(
+                f"{name}: more than {max_bytes:,} bytes, over the limit for YAML input"
+            )
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (expected YAML)") from None
+        raise InputError(f"{name}: not a text file (expected YAML)") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_documents(path: str) -> list[dict[str, Any]]:

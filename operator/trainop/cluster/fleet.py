@@ -7,10 +7,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainop.api import constants as c
+from trainop.yamlio import YamlInputError, load_yaml
 
 # KWOK manages Nodes that carry this annotation (and the kwok.x-k8s.io/node taint is not
 # needed because no real kubelet exists in this cluster).
@@ -86,9 +86,13 @@ def default_fleet_path() -> Path:
 def load_fleet(path: str | Path | None = None) -> Fleet:
     p = Path(path) if path else default_fleet_path()
     try:
-        raw = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        text = p.read_text()
+    except OSError as exc:
         raise FleetError(f"cannot read fleet file {p}: {exc}") from exc
+    try:
+        raw = load_yaml(text, source=f"fleet file {p}")  # bounded: size, depth, alias expansion
+    except YamlInputError as exc:
+        raise FleetError(str(exc)) from exc
     try:
         fleet = Fleet.model_validate(raw)
     except ValidationError as exc:
