@@ -293,12 +293,51 @@ def test_main_without_gpu_execs_unchanged(
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [([], "usage:"), (["--bogus", "x"], "unknown option --bogus")],
+    [
+        pytest.param([], "a COMMAND to run is required", id="no-command"),
+        pytest.param(["--bogus", "x"], "unrecognized arguments: --bogus", id="unknown-option"),
+        pytest.param(["--topo-file"], "--topo-file: expected one argument", id="missing-value"),
+    ],
 )
-def test_main_bad_arguments(argv: list[str], message: str) -> None:
+def test_main_bad_arguments(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
         main.main(argv)
-    assert message in str(exc.value.code)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith("usage: trainop-launch") and message in err, err
+
+
+def test_main_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main.main(["--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert out.startswith("usage: trainop-launch [-h] [--dry-run] [--topo-file PATH]")
+    assert main.TOPO_FILE_ENV in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        pytest.param(["python", "-c", "pass"], (False, "", ["python", "-c", "pass"]), id="bare"),
+        pytest.param(["--", "echo", "hi"], (False, "", ["echo", "hi"]), id="separator"),
+        pytest.param(["--dry-run"], (True, "", []), id="dry-run-alone"),
+        pytest.param(["--topo-file", "t.xml", "a"], (False, "t.xml", ["a"]), id="topo-file"),
+        pytest.param(["--topo-file=t.xml", "--", "a"], (False, "t.xml", ["a"]), id="topo-file="),
+        pytest.param(
+            ["torchrun", "--dry-run", "--", "t.py"],
+            (False, "", ["torchrun", "--dry-run", "--", "t.py"]),
+            id="trainer-options-untouched",
+        ),
+    ],
+)
+def test_arguments(
+    argv: list[str], want: tuple[bool, str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(main.TOPO_FILE_ENV, raising=False)
+    assert main._parse(argv) == want
 
 
 def test_exec_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ It prints one line on stderr saying what it found, chose and why. Standard libra
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -41,7 +42,6 @@ SSH_SOURCE = "/etc/trainop-ssh"
 SSH_FILES = ("id_ed25519", "id_ed25519.pub", "authorized_keys")
 TOPO_FILE_ENV = "TRAINOP_NCCL_TOPO_FILE"
 ROOT_ENV = "TRAINOP_LAUNCH_ROOT"  # a fake machine for --dry-run demos and tests
-USAGE = "usage: trainop-launch [--dry-run] [--topo-file PATH] [--] COMMAND [ARGS...]"
 
 
 @dataclass
@@ -170,22 +170,41 @@ def _load_nvml() -> ModuleType | None:
     return pynvml
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainop-launch",
+        usage="%(prog)s [-h] [--dry-run] [--topo-file PATH] [--] COMMAND [ARGS...]",
+        description="Discover the container's GPUs and RDMA NICs, set NCCL's environment "
+        "(CUDA_DEVICE_ORDER, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_TOPO_FILE) and exec COMMAND.",
+        epilog=f"Everything after COMMAND (or after --) is passed to it untouched. "
+        f"{TOPO_FILE_ENV} is the default of --topo-file; {ROOT_ENV} points discovery at a "
+        "fake machine (for --dry-run demos).",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the variables that would be set (NAME=VALUE), run nothing",
+    )
+    parser.add_argument(
+        "--topo-file",
+        metavar="PATH",
+        default=os.environ.get(TOPO_FILE_ENV, ""),
+        help="an NCCL topology XML file to pass as NCCL_TOPO_FILE when it exists",
+    )
+    # REMAINDER: the trainer's own options (torchrun --nproc-per-node ...) are not ours.
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]")
+    return parser
+
+
 def _parse(argv: Sequence[str]) -> tuple[bool, str, list[str]]:
-    args = list(argv)
-    dry_run, topo_file = False, os.environ.get(TOPO_FILE_ENV, "")
-    while args and args[0].startswith("--"):
-        flag = args.pop(0)
-        if flag == "--":
-            break
-        if flag == "--dry-run":
-            dry_run = True
-        elif flag == "--topo-file" and args:
-            topo_file = args.pop(0)
-        else:
-            raise SystemExit(f"trainop-launch: unknown option {flag}\n{USAGE}")
-    if not args and not dry_run:
-        raise SystemExit(USAGE)
-    return dry_run, topo_file, args
+    parser = _parser()
+    ns = parser.parse_args(list(argv))
+    command: list[str] = list(ns.command)
+    if command[:1] == ["--"]:  # REMAINDER keeps the separator on Python 3.11
+        command = command[1:]
+    if not command and not ns.dry_run:
+        parser.error("a COMMAND to run is required (or --dry-run)")
+    return ns.dry_run, ns.topo_file, command
 
 
 def main(argv: Sequence[str] | None = None) -> None:
