@@ -1,4 +1,11 @@
-"""Every Prometheus metric trainop exports, defined once; help texts list the label values."""
+"""Every Prometheus metric trainop exports, defined once; help texts list the label values.
+
+With several replicas (`trainop run --leader-elect`) every replica keeps a full cache, so
+the gauges that describe the cluster (trainop_jobs, trainop_queue_gpus) are exported only by
+the replica that acts (`LEADERSHIP`, wired by `trainop run` to the shell state): summing them
+over all scraped replicas counts each job once. trainop_leader says which replica that is.
+Counters and histograms need no such care: only the acting replica reconciles and admits.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +24,39 @@ _JOBS_HELP = (
 )
 
 
+class Leadership:
+    """Whether this replica acts: `probe` (set by `trainop run`) or, unset, always."""
+
+    def __init__(self) -> None:
+        self.probe: Callable[[], bool] | None = None
+
+    def leading(self) -> bool:
+        return self.probe is None or bool(self.probe())
+
+
+LEADERSHIP = Leadership()
+
+
+class LeaderOnly:
+    """A collector that exports `metric` only while this replica acts; a standby clears it,
+    so values it set while it led do not come back stale when it leads again."""
+
+    def __init__(self, metric: Gauge) -> None:
+        self.metric = metric
+
+    def describe(self) -> Iterable[Any]:
+        return self.metric.describe()
+
+    def collect(self) -> Iterable[Any]:
+        if LEADERSHIP.leading():
+            return self.metric.collect()
+        self.metric.clear()
+        return self.metric.describe()  # the family, with no samples
+
+
 class JobsCollector:
-    """trainop_jobs, computed at scrape time from `source` (the shell's job bodies)."""
+    """trainop_jobs, computed at scrape time from `source` (the shell's job bodies); empty
+    on a replica that does not act (see LEADERSHIP)."""
 
     def __init__(self) -> None:
         self.source: Callable[[], Iterable[Mapping[str, Any]]] | None = None
@@ -30,16 +68,18 @@ class JobsCollector:
         family = GaugeMetricFamily(
             "trainop_jobs", _JOBS_HELP, labels=["phase", "queue", "framework"]
         )
-        bodies: list[Mapping[str, Any]] = []
-        for _ in range(3):  # the event loop may change the cache while this thread reads it
-            try:
-                bodies = list(self.source()) if self.source is not None else []
-                break
-            except RuntimeError:
-                continue
+        bodies = self._bodies() if LEADERSHIP.leading() else []
         for labels, value in sorted(count_jobs(bodies).items()):
             family.add_metric(list(labels), value)
         yield family
+
+    def _bodies(self) -> list[Mapping[str, Any]]:
+        for _ in range(3):  # the event loop may change the cache while this thread reads it
+            try:
+                return list(self.source()) if self.source is not None else []
+            except RuntimeError:
+                continue
+        return []
 
 
 ADMISSION_WAIT = Histogram(
@@ -83,9 +123,18 @@ PREEMPTIONS = Counter(
 )
 QUEUE_GPUS = Gauge(
     "trainop_queue_gpus",
-    "GPUs per queue and product group; label kind (quota|used|borrowed|pending).",
+    "GPUs per queue and product group; label kind (quota|used|borrowed|pending); exported "
+    "by the acting replica only.",
     ["queue", "product", "kind"],
+    registry=None,  # registered through LeaderOnly, below
 )
+LEADER = Gauge(
+    "trainop_leader",
+    "1 on the replica that acts (holds the leader Lease, or runs without --leader-elect, and "
+    "has listed the cluster), else 0; only that replica exports trainop_jobs and "
+    "trainop_queue_gpus.",
+)
+LEADER.set_function(lambda: 1.0 if LEADERSHIP.leading() else 0.0)
 PLACEMENT_SPAN = Histogram(
     "trainop_placement_span",
     "Distinct topology domains a placed gang spans; label level (node|rack|block).",
@@ -176,6 +225,7 @@ def observe_failure(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
 
 JOBS = JobsCollector()
 REGISTRY.register(JOBS)
+REGISTRY.register(LeaderOnly(QUEUE_GPUS))
 ASSUMED_GPUS = Gauge(
     "trainop_assumed_gpus",
     "GPUs the admission cycle counts for gangs it admitted whose pods the watch has not "

@@ -1,4 +1,9 @@
-"""`trainop run`: starts the operator (kopf) with metrics and health endpoints."""
+"""`trainop run`: starts the operator (kopf) with metrics and health endpoints.
+
+Wires the process together before kopf starts: the kube client's rate limit
+(`trainop.kube.client`), the leader election timings (`trainop.kube.lease`, run by
+`trainop.handlers.operator`) and which replica exports the cluster gauges (`trainop.metrics`).
+"""
 
 from __future__ import annotations
 
@@ -58,6 +63,42 @@ import click
     show_default=True,
     help="Namespace of that Lease (env POD_NAMESPACE).",
 )
+@click.option(
+    "--lease-duration-seconds",
+    type=click.IntRange(min=1),
+    default=15,
+    show_default=True,
+    help="How long a Lease holds without renewal before a standby may take it over.",
+)
+@click.option(
+    "--renew-deadline-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="A leader that cannot renew its Lease for this long stops acting.",
+)
+@click.option(
+    "--retry-period-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="How often each replica tries to acquire or renew the Lease.",
+)
+@click.option(
+    "--kube-api-qps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Client-side limit of trainop's own API requests per second, after --kube-api-burst "
+    "(0: no limit; kopf's watches are not counted).",
+)
+@click.option(
+    "--kube-api-burst",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Requests that may go at once before --kube-api-qps applies.",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def run(
     kubeconfig: str | None,
@@ -70,10 +111,26 @@ def run(
     leader_elect: bool,
     lease_name: str,
     lease_namespace: str,
+    lease_duration_seconds: int,
+    renew_deadline_seconds: float,
+    retry_period_seconds: float,
+    kube_api_qps: float,
+    kube_api_burst: int,
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
     import dataclasses
+
+    from trainop.kube.lease import timing_error
+
+    if leader_elect:
+        why = timing_error(lease_duration_seconds, renew_deadline_seconds, retry_period_seconds)
+        if why is not None:
+            raise click.BadParameter(
+                f"{why}; e.g. 15 / 10 / 2 (client-go's defaults)",
+                param_hint="'--lease-duration-seconds' / '--renew-deadline-seconds' / "
+                "'--retry-period-seconds'",
+            )
 
     if kubeconfig:
         # Before kubernetes is imported: kubernetes.config reads KUBECONFIG once, at import,
@@ -83,9 +140,10 @@ def run(
     import kopf
     from prometheus_client import start_http_server
 
+    from trainop import metrics
     from trainop.handlers import heap
     from trainop.handlers import operator as handlers
-    from trainop.kube.client import load_kube_config
+    from trainop.kube.client import load_kube_config, set_rate_limit
     from trainop.planner import OperatorConfig
 
     logging.basicConfig(
@@ -98,6 +156,7 @@ def run(
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
+    set_rate_limit(kube_api_qps, kube_api_burst)
     config = OperatorConfig()
     if config_path:
         from trainop.config import load_operator_config
@@ -119,8 +178,21 @@ def run(
         from trainop.kube.lease import Elector
 
         identity = f"{socket.gethostname()}-{os.getpid()}"
-        handlers.Runtime.elector = Elector(lease_name, lease_namespace, identity)
+        handlers.Runtime.elector = Elector(
+            lease_name,
+            lease_namespace,
+            identity,
+            duration_seconds=lease_duration_seconds,
+            renew_deadline_seconds=renew_deadline_seconds,
+            retry_period_seconds=retry_period_seconds,
+        )
+        handlers.Runtime.renew_seconds = retry_period_seconds
     handlers.Runtime.namespaces = list(namespaces)
+    # Only the replica that acts (leads, and has listed the cluster) exports the gauges
+    # that describe the cluster, so sum(trainop_jobs) over all replicas counts each job once.
+    metrics.LEADERSHIP.probe = lambda: (
+        handlers.Runtime.state.synced and handlers.Runtime.state.leader
+    )
     start_http_server(metrics_port)
     asyncio.run(
         kopf.operator(

@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import random
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -19,6 +21,12 @@ from trainop.api import constants as c
 log = logging.getLogger("trainop.kube")
 
 PLURAL = "trainingjobs"
+
+# Every object trainop creates is sent with fieldValidation=Strict: a field the API server
+# does not know (a misspelt key that slipped into a pod template) fails the create with the
+# field named, instead of being dropped silently (the default, Warn, only logs a warning).
+# https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation
+FIELD_VALIDATION = "Strict"
 
 
 def load_kube_config(kubeconfig: str | None = None) -> None:
@@ -58,13 +66,72 @@ class FaultInjector:
 CONCURRENCY = 32
 
 
+class RateLimiter:
+    """A token bucket, client-go's client-side limit (--kube-api-qps/--kube-api-burst): up
+    to `burst` requests at once, then `qps` a second; `acquire` blocks the calling worker
+    thread until a token is free. qps 0 turns it off. Thread-safe; clock and sleep are
+    injectable for tests. https://pkg.go.dev/k8s.io/client-go/rest#Config (QPS, Burst)."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Any = time.monotonic,
+        sleep: Any = time.sleep,
+    ) -> None:
+        if qps < 0 or (qps > 0 and burst < 1):
+            raise ValueError(f"kube API rate limit: qps {qps:g} >= 0 and burst {burst} >= 1")
+        self.qps, self.burst = qps, max(burst, 1)
+        self._clock, self._sleep = clock, sleep
+        self._tokens = float(self.burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+        self.waited = 0.0  # seconds callers spent waiting, all together
+
+    def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        with self._lock:  # take a token now, or the one that frees next: waiters queue up
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            self._at = now
+            self._tokens -= 1
+            wait = -self._tokens / self.qps if self._tokens < 0 else 0.0
+            self.waited += wait
+        if wait > 0:
+            self._sleep(wait)
+
+
+# The limit `trainop run --kube-api-qps/--kube-api-burst` sets for every KubeApi made after.
+LIMITS = {"qps": 0.0, "burst": 0}
+
+
+def set_rate_limit(qps: float, burst: int) -> None:
+    """Client-side limit of trainop's own API calls (0 qps: none); raises ValueError."""
+    RateLimiter(qps, burst)  # checks the pair
+    LIMITS.update(qps=float(qps), burst=int(burst))
+
+
+class _LimitedApiClient(client.ApiClient):
+    """An ApiClient whose every request (reads, lists and writes) first takes a token."""
+
+    def __init__(self, cfg: client.Configuration, limiter: RateLimiter) -> None:
+        super().__init__(cfg)
+        self.limiter = limiter
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        self.limiter.acquire()
+        return super().call_api(*args, **kwargs)
+
+
 class KubeApi:
     """The only writer: every call tolerates the object already being in the wanted state."""
 
     def __init__(self) -> None:
         cfg = client.Configuration.get_default_copy()
         cfg.connection_pool_maxsize = CONCURRENCY
-        api = client.ApiClient(cfg)
+        self.limiter = RateLimiter(float(LIMITS["qps"]), int(LIMITS["burst"]))
+        api = _LimitedApiClient(cfg, self.limiter)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.faults = FaultInjector(os.environ.get("TRAINOP_FAULTS"))
@@ -80,7 +147,12 @@ class KubeApi:
             group, version = obj["apiVersion"].split("/")
             try:
                 self.custom.create_namespaced_custom_object(
-                    group, version, ns, "resourceclaimtemplates", dict(obj)
+                    group,
+                    version,
+                    ns,
+                    "resourceclaimtemplates",
+                    dict(obj),
+                    field_validation=FIELD_VALIDATION,
                 )
                 return True
             except ApiException as exc:
@@ -94,7 +166,7 @@ class KubeApi:
             "Secret": self.core.create_namespaced_secret,
         }[kind]
         try:
-            creator(ns, dict(obj))
+            creator(ns, dict(obj), field_validation=FIELD_VALIDATION)
             return True
         except ApiException as exc:
             if exc.status == 409:
