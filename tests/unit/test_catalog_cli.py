@@ -57,6 +57,35 @@ def test_bad_cuda() -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--cuda", "99.0"],
+            "error: --cuda 99.0: no image in the catalog has CUDA 99.0 or newer; the newest has CUDA ",
+            id="any-framework",
+        ),
+        pytest.param(
+            ["--framework", "jax", "--cuda", "13.5"],
+            "error: --cuda 13.5: no jax image in the catalog has CUDA 13.5 or newer; the newest has CUDA 12.",
+            id="one-framework",
+        ),
+    ],
+)
+def test_filters_matching_nothing_exit_3_naming_the_newest(args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.exit_code == 3
+    assert result.stdout == ""
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    assert "(NGC " in result.stderr
+
+
+def test_cuda_filter_at_the_newest_release_still_matches() -> None:
+    newest = max(load_catalog().releases, key=lambda r: r.cuda)
+    result = run("--cuda", ".".join(str(x) for x in newest.cuda[:2]))
+    assert result.exit_code == 0 and newest.name in result.stdout
+
+
+@pytest.mark.parametrize(
     ("content", "message"),
     [("kind: Pod\nmetadata: {name: p}\n", "expected Node"), ("a: [\n", "not valid YAML")],
 )

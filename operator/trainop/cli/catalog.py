@@ -5,18 +5,47 @@ CUDA, minimum driver and compute capability; `--nodes` (`kubectl get nodes -o ya
 adds the nodes able to run each image, checked exactly as the planner checks them, and a
 second table per node class (identical GPU facts): the releases it runs natively and those
 it runs only through forward or minor-version compatibility. `--check` lists the catalog
-facts still marked unconfirmed (exit 0; 1 when there are any, for CI).
+facts still marked unconfirmed (exit 0; 1 when there are any, for CI). Filters that match
+no image exit 3 with the newest CUDA the catalog has, so a script never reads an empty
+answer as success.
 """
 
 from __future__ import annotations
 
 import click
 
-from trainop.catalog import GpuFacts, ResolutionError, catalog_table, gpu_facts_from_labels
+from trainop.catalog import (
+    Catalog,
+    GpuFacts,
+    ResolutionError,
+    catalog_table,
+    gpu_facts_from_labels,
+)
+from trainop.catalog.images import parse_cuda
 from trainop.catalog.table import node_class_table, unconfirmed_facts
 from trainop.cli.inputs import InputError, exit_invalid, object_name, read_objects
 from trainop.config import ConfigError, load_operator_config
 from trainop.planner import OperatorConfig
+
+EXIT_NO_MATCH = 3  # the flags are valid, but no image in the catalog matches them
+
+
+def _no_match(catalog: Catalog, framework: str | None, cuda: str | None) -> str:
+    """Why the filters select nothing, naming what exists; "" when some image matches. The
+    flags are already checked (catalog_table raised on bad ones)."""
+    want = parse_cuda(cuda)
+    names = [framework] if framework else list(catalog.frameworks())
+    releases = [r for name in names for r in catalog.releases_for(name)]
+    what = f"{framework} image" if framework else "image"
+    if not releases:
+        return f"no {what} in the catalog"
+    if want is None or any((*r.cuda, 0, 0)[:3] >= (*want, 0, 0)[:3] for r in releases):
+        return ""
+    newest = max(releases, key=lambda r: r.cuda)
+    return (
+        f"--cuda {cuda}: no {what} in the catalog has CUDA {cuda} or newer; the newest has "
+        f"CUDA {newest.cuda_text} (NGC {newest.name}): lower --cuda or leave it out"
+    )
 
 
 @click.command("catalog")
@@ -76,6 +105,10 @@ def catalog(
             else "every catalog fact is confirmed"
         )
         raise SystemExit(1 if lines else 0)
+    why = _no_match(config.catalog, framework, cuda)
+    if why:
+        click.echo(f"error: {why}", err=True)
+        raise SystemExit(EXIT_NO_MATCH)
     click.echo(table)
     if nodes:
         click.echo("")
