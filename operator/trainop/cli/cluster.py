@@ -37,7 +37,8 @@ def cluster() -> None:
 @click.option(
     "--real-nodes",
     is_flag=True,
-    help="Also the binaries of real nodes: kubelet, containerd (+ shim, ctr), CoreDNS.",
+    help="Also the binaries of real nodes (kubelet, containerd + shim + ctr, CoreDNS) and of "
+    "images push (crane, a local registry).",
 )
 def build(real_nodes: bool) -> None:
     """Build (once) and cache every binary the local cluster and the tests need."""
@@ -45,6 +46,7 @@ def build(real_nodes: bool) -> None:
         found = binaries.resolve_binaries()
         if real_nodes:
             found.update(binaries.resolve_binaries(components=binaries.NODE_COMPONENTS))
+            found.update(binaries.resolve_binaries(components=binaries.REGISTRY_COMPONENTS))
         for name, path in sorted(found.items()):
             click.echo(f"{name:25} {path}")
     except binaries.BuildError as exc:

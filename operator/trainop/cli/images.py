@@ -1,11 +1,13 @@
-"""`trainop images build|list`: the OCI images of the real nodes (trainop.cluster.images)."""
+"""`trainop images build|list|push`: the OCI images of the real nodes (trainop.cluster.images)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
+from trainop.cluster import binaries
 from trainop.cluster import images as img
 from trainop.cluster.local import ClusterError, LocalCluster
 from trainop.cluster.realnode import RealNodeError
@@ -18,7 +20,7 @@ def _say(msg: str) -> None:
 @click.group("images")
 def images() -> None:
     """Images built from Debian packages with no Docker and no registry (pause,
-    pytorch-cpu, mpi-cpu, operator), cached by content."""
+    pytorch-cpu, mpi-cpu, operator), cached by content; `push` sends one to a registry."""
 
 
 @images.command("list")
@@ -46,3 +48,36 @@ def build(names: tuple[str, ...], cluster: str) -> None:
         sys.exit(1)
     for name in built:
         click.echo(f"{name} {img.image_ref(name)}")
+
+
+@images.command("push")
+@click.argument("name", metavar="IMAGE", type=click.Choice(img.ALL_IMAGES))
+@click.argument("dest", metavar="REGISTRY/REPO:TAG")
+@click.option(
+    "--docker-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Docker config file with the registry's credentials (`docker login` / "
+    "`crane auth login` write it)  [default: $DOCKER_CONFIG/config.json, ~/.docker/config.json]",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Plain HTTP (or TLS without verification): a local registry, never a shared one.",
+)
+def push(name: str, dest: str, docker_config: Path | None, insecure: bool) -> None:
+    """Push the built image IMAGE to an OCI registry with go-containerregistry's crane
+    (built once from the Go module proxy), over TLS unless --insecure. Prints REPO@DIGEST."""
+    try:
+        img.check_destination(dest)
+        if docker_config is not None and not docker_config.is_file():
+            raise img.ImageError(f"--docker-config {docker_config}: no such file")
+        img.built_archive(name)  # before building crane: say what is missing first
+        crane = binaries.resolve_binaries(components=(binaries.CRANE,), progress=_say)["crane"]
+        pushed = img.push_image(
+            name, dest, crane=crane, docker_config=docker_config, insecure=insecure, say=_say
+        )
+    except (img.ImageError, binaries.BuildError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(pushed)

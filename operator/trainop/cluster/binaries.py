@@ -23,6 +23,11 @@ HELM_VERSION = "v3.22.0"
 # https://containerd.io/releases/); Debian bookworm ships 1.6.
 CONTAINERD_VERSION = "v2.2.9"
 COREDNS_VERSION = "v1.14.7"
+# Images: `trainop images push` runs go-containerregistry's crane
+# (https://github.com/google/go-containerregistry/tree/main/cmd/crane); the real-node tier
+# pushes to a local CNCF Distribution registry (https://distribution.github.io/distribution/).
+CRANE_VERSION = "v0.22.1"
+DISTRIBUTION_VERSION = "v3.1.2"
 
 # Staging modules of k8s.io/kubernetes: its go.mod replaces each with ./staging/src/...,
 # which `go build` outside that tree cannot follow, so our module pins every one to the
@@ -111,8 +116,14 @@ import (
 func main() { coremain.Run() }
 """
 NODE_BINARIES = tuple(b for c in NODE_COMPONENTS for b in c.binaries)
-# Never taken from PATH: a distro kubectl or containerd 1.x of another version would not do.
-VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s")
+# Pushing images: crane for `trainop images push` (built on its first use), a registry for
+# the real-node tier. Built with the node binaries, never by `make build-binaries`.
+CRANE = Component("crane", CRANE_VERSION, ("crane",))
+DISTRIBUTION = Component("distribution", DISTRIBUTION_VERSION, ("registry",))
+REGISTRY_COMPONENTS = (CRANE, DISTRIBUTION)
+# Never taken from PATH: a distro kubectl or containerd 1.x of another version would not
+# do, and `registry` is too generic a name to trust.
+VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s", "distribution")
 
 # Modules without replace directives: plain `go install <module>/<binary>@<version>`.
 # containerd's build tag drops the btrfs snapshotter, the one part that needs cgo (https://github.com/containerd/containerd/blob/main/BUILDING.md).
@@ -120,6 +131,8 @@ GO_INSTALL = {
     "kwok": ("sigs.k8s.io/kwok/cmd/{binary}", ()),
     "helm": ("helm.sh/helm/v3/cmd/{binary}", ()),
     "containerd": ("github.com/containerd/containerd/v2/cmd/{binary}", ("no_btrfs",)),
+    "crane": ("github.com/google/go-containerregistry/cmd/{binary}", ()),
+    "distribution": ("github.com/distribution/distribution/v3/cmd/{binary}", ()),
 }
 
 
@@ -205,16 +218,22 @@ def _build_module(
     _run(cmd, workdir, env, progress, f"{label} (compile)")
 
 
-def _go_install(component: Component, dest: Path, work: Path, progress: Progress) -> None:
+def go_install_commands(component: Component) -> list[list[str]]:
+    """One `go install <package>@<version>` per binary of a GO_INSTALL component."""
     pattern, tags = GO_INSTALL[component.name]
-    env = _go_env(gobin=dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    cmds = []
     for binary in component.binaries:
-        package = pattern.format(binary=binary)
         cmd = ["go", "install", "-trimpath", f"-ldflags={LDFLAGS}"]
         if tags:
             cmd.append("-tags=" + ",".join(tags))
-        cmd.append(f"{package}@{component.version}")
+        cmds.append([*cmd, f"{pattern.format(binary=binary)}@{component.version}"])
+    return cmds
+
+
+def _go_install(component: Component, dest: Path, work: Path, progress: Progress) -> None:
+    env = _go_env(gobin=dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for binary, cmd in zip(component.binaries, go_install_commands(component), strict=True):
         _run(cmd, work, env, progress, f"{binary} {component.version}")
 
 

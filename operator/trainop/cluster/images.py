@@ -1,4 +1,5 @@
-"""`trainop images build|list`: OCI images for the real nodes, built without Docker or a registry.
+"""`trainop images build|list|push`: OCI images for the real nodes, built without Docker or a
+registry, and pushed to any OCI registry with crane.
 
 Each image is layers written by trainop.cluster.oci:
 - a Debian bookworm root filesystem made by `mmdebstrap` (Debian package) from the
@@ -9,8 +10,11 @@ Each image is layers written by trainop.cluster.oci:
 
 Caching is by content: an image's tag is a hash of its recipe (suite, packages, hooks)
 and of the bytes of every file it copies in, so a changed file gives a new tag and an
-unchanged recipe is never rebuilt. Archives live in ~/.cache/trainop/images/.
-Importing into real nodes: trainop.cluster.realnode.RealNodes.import_image.
+unchanged recipe is never rebuilt. Archives (an OCI image layout in a tar, trainop.cluster.oci)
+live in ~/.cache/trainop/images/.
+Importing into real nodes: trainop.cluster.realnode.RealNodes.import_image. Pushing:
+`push_image` unpacks the archive into a layout directory and runs go-containerregistry's
+`crane push` (trainop.cluster.binaries builds it once), with a docker config's credentials.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -344,3 +349,100 @@ def build_image(name: str, say: Say) -> Path:
             stale.unlink(missing_ok=True)
     say(f"image {name}: {image_ref(name)} built in {time.monotonic() - started:.0f} s")
     return out
+
+
+# --- pushing to a registry -----------------------------------------------------------
+
+# The grammar of github.com/distribution/reference (reference.go): a registry host (a dot,
+# a port or `localhost` tells it from a Docker Hub user name), lowercase path components,
+# a tag. https://github.com/distribution/reference/blob/main/reference.go
+_HOST = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+)
+_DOMAIN = rf"(?:{_HOST}|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DESTINATION = re.compile(
+    rf"(?P<domain>{_DOMAIN})/(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r":(?P<tag>[\w][\w.-]{0,127})"
+)
+
+
+def check_destination(dest: str) -> str:
+    """`dest` if it is REGISTRY/REPO:TAG, else an ImageError that says how to write it."""
+    m = _DESTINATION.fullmatch(dest)
+    if m is None:
+        raise ImageError(
+            f"destination {dest!r} is not REGISTRY/REPO:TAG: write e.g. "
+            "registry.example.com/ml/trainop-operator:0.1.0 (lowercase repository, a tag; "
+            "Docker Hub is docker.io/USER/REPO:TAG)"
+        )
+    domain = m["domain"]
+    if "." not in domain and ":" not in domain and domain != "localhost":
+        raise ImageError(
+            f"destination {dest!r} names no registry host: {domain!r} has no dot or port "
+            f"(write docker.io/{dest} for Docker Hub)"
+        )
+    return dest
+
+
+def docker_config_dir(config_file: Path, tmp: Path) -> Path:
+    """The directory to pass crane as DOCKER_CONFIG (it reads `config.json` there, as docker
+    does: https://docs.docker.com/reference/cli/docker/#configuration-files), copying the
+    file under that name when it is called otherwise."""
+    try:
+        doc = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ImageError(
+            f"--docker-config {config_file}: not a readable JSON file ({exc})"
+        ) from exc
+    if not isinstance(doc, dict):
+        raise ImageError(f"--docker-config {config_file}: expected a JSON object with `auths`")
+    if config_file.name == "config.json":
+        return config_file.parent
+    (tmp / "docker").mkdir(exist_ok=True)
+    shutil.copyfile(config_file, tmp / "docker" / "config.json")
+    return tmp / "docker"
+
+
+def built_archive(name: str) -> Path:
+    """The image's archive, or an ImageError saying how to build it."""
+    archive = archive_path(name)
+    if not archive.is_file():
+        raise ImageError(f"image {name} is not built; run `trainop images build {name}` first")
+    return archive
+
+
+def crane_push_command(crane: Path, layout: Path, dest: str, insecure: bool) -> list[str]:
+    """`crane push LAYOUT_DIR DEST`; --insecure allows plain HTTP (and unverified TLS)."""
+    return [str(crane), "push", *(["--insecure"] if insecure else []), str(layout), dest]
+
+
+def push_image(
+    name: str,
+    dest: str,
+    *,
+    crane: Path,
+    docker_config: Path | None,
+    insecure: bool,
+    say: Say,
+) -> str:
+    """Push the built image `name` to `dest` (REGISTRY/REPO:TAG); return `REPO@DIGEST`."""
+    check_destination(dest)
+    archive = built_archive(name)
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix=f"trainop-push-{name}-", dir=cache_dir()) as tmp:
+        work = Path(tmp)
+        if docker_config is not None:
+            env["DOCKER_CONFIG"] = str(docker_config_dir(docker_config, work))
+        try:
+            digest = oci.unpack_layout(archive, work / "layout")
+        except oci.LayoutError as exc:
+            raise ImageError(f"image {name}: {exc}") from exc
+        say(f"pushing {name} ({digest[:19]}) to {dest}")
+        cmd = crane_push_command(crane, work / "layout", dest, insecure)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        plain_http = "server gave HTTP response to HTTPS client" in proc.stderr
+        hint = " (a plain-HTTP registry needs --insecure)" if plain_http else ""
+        raise ImageError(f"crane push to {dest} failed{hint}: {proc.stderr.strip()[-2000:]}")
+    return proc.stdout.strip() or f"{dest.rsplit(':', 1)[0]}@{digest}"

@@ -1,8 +1,11 @@
-"""Writes OCI image archives (an image layout in a tar) from layer tarballs, with no registry.
+"""Writes OCI image archives (an image layout in a tar) from layer tarballs, with no registry,
+and unpacks them back into an image layout directory.
 
 Used by `trainop.cluster.images`, which makes the layers (a Debian root filesystem from
-mmdebstrap, a static binary, trainop's own files) and imports the archive into a real
-node's containerd with `ctr images import`.
+mmdebstrap, a static binary, trainop's own files), imports the archive into a real node's
+containerd with `ctr images import`, and pushes the unpacked layout directory to a registry
+with crane (`crane push DIR REF` reads an OCI image layout directory; skopeo's `oci:` and
+`oci-archive:` transports read the directory and the archive alike).
 
 Format (OCI Image Layout and Image specs, https://github.com/opencontainers/image-spec/blob/main/image-layout.md,
 https://github.com/opencontainers/image-spec/blob/main/config.md): the archive holds
@@ -150,3 +153,57 @@ def files_layer(files: Mapping[str, tuple[bytes, int]], out: Path) -> Path:
             info.mode = mode
             tar.addfile(info, io.BytesIO(data))
     return out
+
+
+class LayoutError(ValueError):
+    """A file is not an OCI image archive of one image; the message says what is wrong."""
+
+
+def unpack_layout(archive: Path, dest: Path) -> str:
+    """Unpack an OCI image archive into the image layout directory `dest`, check that it
+    holds one image whose blobs are all there, and return that image's manifest digest."""
+    try:
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+            if "oci-layout" not in names or "index.json" not in names:
+                raise LayoutError(
+                    f"{archive} is not an OCI image archive (no oci-layout/index.json)"
+                )
+            # `data` refuses absolute paths, `..`, links out of dest and device files.
+            tar.extractall(dest, filter="data")
+    except (OSError, tarfile.TarError) as exc:
+        raise LayoutError(f"{archive} could not be read as a tar: {exc}") from exc
+    index = json.loads((dest / "index.json").read_text())
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1 or manifests[0].get("mediaType") != MANIFEST:
+        raise LayoutError(f"{archive} must hold exactly one image manifest, found {manifests}")
+    digest = str(manifests[0]["digest"])
+    manifest = json.loads(_blob(dest, digest).read_text())
+    for desc in [manifest["config"], *manifest["layers"]]:
+        blob = _blob(dest, desc["digest"])
+        if blob.stat().st_size != desc["size"]:
+            raise LayoutError(f"{archive}: blob {desc['digest']} is truncated; rebuild the image")
+    return digest
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    algorithm, _, hexdigest = digest.partition(":")
+    path = layout / "blobs" / algorithm / hexdigest
+    if not path.is_file():
+        raise LayoutError(f"{layout} lacks blob {digest}; rebuild the image")
+    return path
+
+
+def manifest_digest(archive: Path) -> str:
+    """The manifest digest of the one image in an OCI image archive (what a registry and
+    the kubelet's imageID name it by once pushed)."""
+    try:
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("index.json")
+            index = json.loads(member.read()) if member is not None else {}
+    except (OSError, KeyError, tarfile.TarError, ValueError) as exc:
+        raise LayoutError(f"{archive} has no readable index.json: {exc}") from exc
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1:
+        raise LayoutError(f"{archive} must hold exactly one image manifest, found {manifests}")
+    return str(manifests[0]["digest"])

@@ -120,6 +120,11 @@ class NodeLayout:
     def cgroup_root(self) -> str:
         return f"/trainop-{self.cluster}-real-{self.index}"
 
+    @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's per-registry host configs: <dir>/<host:port>/hosts.toml."""
+        return self.dir / "certs.d"
+
 
 def containerd_config(
     node: NodeLayout, sandbox_image: str, runc: str, cni_bin: str, restrict_oom: bool
@@ -151,6 +156,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{node.registry_hosts_dir}"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "{sandbox_image}"
 
@@ -167,6 +174,17 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.snapshotter.v1.bt
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{cni_bin}"]
     conf_dir = "{d}/cni"
+"""
+
+
+def registry_hosts_toml(address: str) -> str:
+    """containerd's hosts.toml for a plain-HTTP registry at `address` (host:port): pull and
+    resolve over http, which containerd otherwise tries over https first
+    (https://github.com/containerd/containerd/blob/main/docs/hosts.md)."""
+    return f"""server = "http://{address}"
+
+[host."http://{address}"]
+  capabilities = ["pull", "resolve"]
 """
 
 
@@ -552,6 +570,13 @@ class RealNodes:
         # A stable alias for examples: <registry>/<name>:current is the newest build.
         alias = ref.rsplit(":", 1)[0] + ":current"
         self.ctr(node, "images", "tag", "--force", ref, alias)
+
+    def trust_plain_http_registry(self, node: NodeLayout, address: str) -> None:
+        """Let the node's containerd pull from the plain-HTTP registry at `address`
+        (host:port); containerd reads the hosts directory on every pull, no restart."""
+        hosts = node.registry_hosts_dir / address / "hosts.toml"
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(registry_hosts_toml(address))
 
     # --- stop -----------------------------------------------------------------------
 
