@@ -18,6 +18,7 @@ from trainop import frameworks
 from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
+from trainop.api.templatecheck import template_problems
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.catalog import (
     Catalog,
@@ -233,9 +234,20 @@ def check_semantics(spec: TrainingJobSpec, config: OperatorConfig | None = None)
             raise InvalidJob(
                 f"spec.replicaSpecs.{role}.template.spec.containers", "must be a list of containers"
             )
+        _check_template(role, r.template)
     _check_sharing(spec)
     if config is not None:
         candidates(spec, config)
+
+
+def _check_template(role: str, template: Mapping[str, Any]) -> None:
+    """The template against the PodTemplateSpec schema the CRD embeds (api.templatecheck):
+    an unknown field fails here, named, instead of being dropped when the pod is created."""
+    problems = template_problems(template)
+    if problems:
+        first = problems[0]
+        where = f"spec.replicaSpecs.{role}.template"
+        raise InvalidJob(f"{where}.{first.path}" if first.path else where, first.message)
 
 
 def _check_sharing(spec: TrainingJobSpec) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
 from trainop.api import constants as c
+from trainop.api.podtemplate import structural_schema as pod_template_schema
 
 # Keywords a structural schema may carry; pydantic's others (title, $defs, ...) are dropped.
 _KEEP = {
@@ -118,10 +120,28 @@ class CrdSpec:
     description: str = ""
     spec_required: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # Schemas a model field only names (a dict of Kubernetes' own type) put in its place:
+    # the path of property names under spec ("*" for a map's values), and the schema.
+    embedded: tuple[tuple[tuple[str, ...], Callable[[], dict[str, Any]]], ...] = ()
+
+
+def _embed(spec_schema: dict[str, Any], path: tuple[str, ...], schema: dict[str, Any]) -> None:
+    """Replace the schema at `path` by `schema`, keeping the field's own description."""
+    node = spec_schema
+    for step in path[:-1]:
+        node = node["additionalProperties"] if step == "*" else node["properties"][step]
+    field_schema = node["properties"][path[-1]]  # KeyError: the model no longer has the field
+    description = field_schema.get("description")
+    field_schema.clear()
+    field_schema.update(schema)
+    if description:
+        field_schema["description"] = description
 
 
 def build_crd(spec: CrdSpec) -> dict[str, Any]:
     spec_schema = model_schema(spec.spec_model)
+    for path, schema in spec.embedded:
+        _embed(spec_schema, path, schema())
     spec_schema["description"] = (
         spec.spec_model.__doc__.strip().splitlines()[0]
         if (spec.spec_model.__doc__)
@@ -203,6 +223,9 @@ def all_crd_specs() -> list[CrdSpec]:
             "the network topology, wired for its framework, admitted through a queue.",
             spec_validations=tuple(TRAININGJOB_SPEC_VALIDATIONS),
             root_validations=tuple(TRAININGJOB_ROOT_VALIDATIONS),
+            # The real PodTemplateSpec (trainop.api.podtemplate), as Kubeflow's CRDs embed it:
+            # the API server refuses unknown fields and `kubectl explain` documents them.
+            embedded=((("replicaSpecs", "*", "template"), pod_template_schema),),
             printer_columns=(
                 {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
                 {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
