@@ -7,6 +7,7 @@ import click
 from trainop import __version__
 from trainop.cli.catalog import catalog
 from trainop.cli.cluster import cluster
+from trainop.cli.convert import convert
 from trainop.cli.explain import explain
 from trainop.cli.generate import generate
 from trainop.cli.images import images
@@ -29,6 +30,7 @@ cli.add_command(catalog)
 cli.add_command(run)
 cli.add_command(simulate_cmd)
 cli.add_command(explain)
+cli.add_command(convert)
 
 
 def main() -> None:

@@ -1,0 +1,119 @@
+"""`trainop convert`: Kubeflow training jobs -> TrainingJobs, with every unmapped field said.
+
+Converts kubeflow.org/v1 PyTorchJob, TFJob, PaddleJob, XGBoostJob and MPIJob, mpi-operator's
+kubeflow.org/v2beta1 MPIJob, and Kubeflow Trainer's trainer.kubeflow.org/v1alpha1 TrainJob
+(with the ClusterTrainingRuntime / TrainingRuntime it names). One module per kind does the
+mapping (docs/migrate-from-kubeflow.md has the table); `common.Source` tracks which input
+fields were read, so each field with no equivalent comes back as a `Note` naming its path,
+and a field no converter knows is reported as not converted rather than dropped. Every
+result is checked with the operator's own validation (`planner.parse_spec`,
+`check_semantics`, `validation.check_names`).
+
+Neighbours: `cli/convert.py` reads the files (trainop.yamlio) and prints; this package is
+pure (dicts in, dicts and notes out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainop.convert import mpi, paddle, pytorch, tensorflow, trainjob, xgboost
+from trainop.convert.common import ConvertError, Note, Source
+from trainop.convert.runtime import GROUP as TRAINER_GROUP
+from trainop.convert.runtime import RUNTIME_KINDS, RuntimeKey, index_runtimes
+from trainop.planner import InvalidJob, check_semantics, parse_spec
+from trainop.validation import check_names
+
+Converter = Callable[[Source], dict[str, Any]]
+V1 = "kubeflow.org/v1"
+MPI_V2 = "kubeflow.org/v2beta1"
+TRAINER = f"{TRAINER_GROUP}/v1alpha1"
+NOT_CONVERTED = (
+    "not converted: trainop convert does not know this field; carry it over by hand if it "
+    "matters (see docs/migrate-from-kubeflow.md)"
+)
+
+_V1_KINDS: dict[str, Converter] = {
+    "PyTorchJob": pytorch.convert,
+    "TFJob": tensorflow.convert,
+    "PaddleJob": paddle.convert,
+    "XGBoostJob": xgboost.convert,
+    "MPIJob": mpi.convert,
+}
+SUPPORTED = (
+    *(f"{V1} {k}" for k in _V1_KINDS),
+    f"{MPI_V2} MPIJob",
+    f"{TRAINER} TrainJob",
+)
+
+
+@dataclass
+class Converted:
+    """The outcome for one input document: the TrainingJob (None when it cannot be made),
+    notes on unmapped fields, and errors (unconvertible, or refused by trainop's checks)."""
+
+    source: str  # e.g. "PyTorchJob team-a/bert", for messages
+    job: dict[str, Any] | None = None
+    notes: list[Note] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def is_runtime(doc: Mapping[str, Any]) -> bool:
+    return doc.get("apiVersion") == TRAINER and doc.get("kind") in RUNTIME_KINDS
+
+
+def convert_documents(
+    docs: Sequence[Mapping[str, Any]], runtimes: Iterable[Mapping[str, Any]] = ()
+) -> list[Converted]:
+    """Each job document of `docs` converted; runtimes among `docs` or in `runtimes` serve
+    the TrainJobs and are not converted themselves."""
+    index = index_runtimes([*runtimes, *(d for d in docs if is_runtime(d))])
+    return [convert_one(d, index) for d in docs if not is_runtime(d)]
+
+
+def convert_one(
+    doc: Mapping[str, Any], runtimes: Mapping[RuntimeKey, Mapping[str, Any]]
+) -> Converted:
+    src = Source(doc)
+    out = Converted(src.who)
+    try:
+        out.job = _dispatch(src, runtimes)
+    except ConvertError as exc:
+        out.errors.append(f"{exc.path}: {exc.detail}")
+        return out
+    out.notes = [*src.notes, *(Note(p, NOT_CONVERTED) for p in src.leftovers())]
+    out.errors = check(out.job)
+    return out
+
+
+def _dispatch(src: Source, runtimes: Mapping[RuntimeKey, Mapping[str, Any]]) -> dict[str, Any]:
+    api, kind = src.body.get("apiVersion"), src.body.get("kind")
+    if api == V1 and kind in _V1_KINDS:
+        return _V1_KINDS[kind](src)
+    if api == MPI_V2 and kind == "MPIJob":
+        return mpi.convert(src)
+    if api == TRAINER and kind == "TrainJob":
+        return trainjob.convert(src, runtimes)
+    if kind == "TrainingJob":
+        raise ConvertError("kind", "already a trainop TrainingJob: nothing to convert")
+    if not kind:
+        raise ConvertError("kind", "required: the object has no kind")
+    raise ConvertError(
+        "apiVersion/kind", f"{api} {kind} is not a kind trainop converts: {', '.join(SUPPORTED)}"
+    )
+
+
+def check(job: Mapping[str, Any]) -> list[str]:
+    """What trainop's validation says about the converted job ([] when it is valid)."""
+    try:
+        spec = parse_spec(job)
+        check_semantics(spec)
+        check_names(str(job["metadata"]["name"]), spec)
+    except InvalidJob as exc:
+        return [f"the TrainingJob would be Invalid: {exc.field}: {exc.detail}"]
+    return []
+
+
+__all__ = ["SUPPORTED", "Converted", "Note", "check", "convert_documents", "convert_one"]
