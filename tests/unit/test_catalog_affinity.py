@@ -10,11 +10,20 @@ import pytest
 
 from trainop.api import constants as c
 from trainop.catalog import check_node, gpu_facts_from_labels, load_catalog, node_affinity_terms
-from trainop.catalog.compat import KIND_DRIVER, KIND_MEMORY, driver_rule, effective_cuda
+from trainop.catalog.compat import (
+    KIND_DRIVER,
+    KIND_LABELS,
+    KIND_MEMORY,
+    driver_rule,
+    effective_cuda,
+)
 from trainop.catalog.model import Release
 
 CAT = load_catalog()
 _INT = re.compile(r"^[+-]?\d+$")  # what Go's strconv.ParseInt accepts (base 10)
+# A Gt/Lt value must also be a valid label value, which cannot start with a sign: the API
+# server refuses "Gt -1" with 422 (kubernetes.io/docs/concepts/overview/working-with-objects/labels).
+_BOUND = re.compile(r"^\d+$")
 
 
 # ---------------------------------------------------------------- a tiny matcher
@@ -185,6 +194,10 @@ def test_affinity_is_sound(need: Any, release: str | None, products: tuple[str, 
             assert scheduler, (labels, terms)
             continue
         # as strict at branch level: it admits a rejected node only on driver minor numbers
+        if scheduler and verdict.kind == KIND_LABELS:
+            # coarser only on a driver label present but malformed (no floor to compare)
+            assert need is None and release is None, (verdict.reason, labels)
+            continue
         if scheduler:
             assert verdict.kind in (KIND_DRIVER, KIND_MEMORY), (verdict.reason, labels)
             assert facts.driver is not None
@@ -201,7 +214,7 @@ def test_terms_are_well_formed(need: Any, release: str | None) -> None:
             assert e["operator"] in ("In", "Gt", "Lt", "Exists")
             if e["operator"] in ("Gt", "Lt"):
                 assert len(e["values"]) == 1
-                assert _INT.match(e["values"][0]) and isinstance(e["values"][0], str)
+                assert _BOUND.match(e["values"][0]) and isinstance(e["values"][0], str)
             elif e["operator"] == "In":
                 assert e["values"] and all(isinstance(v, str) for v in e["values"])
             else:
@@ -254,8 +267,22 @@ def test_forward_compat_term_lists_only_data_center_products() -> None:
         assert "NVIDIA-GeForce-RTX-4090" not in products
 
 
-def test_no_requirement_still_needs_a_driver_label() -> None:
+def test_no_driver_floor_needs_only_a_driver_label() -> None:
+    """A job with its own image and no `cuda` has no driver floor: the term asks only that
+    a driver label exists (valid for the API server, where "Gt -1" was refused with 422)."""
     terms = node_affinity_terms(CAT, None, None)
     assert not admits(terms, {c.GFD_PRODUCT: "Tesla-T4"})
     assert admits(terms, {c.GFD_DRIVER_MAJOR_OLD: "470"})
-    assert not admits(terms, {c.GFD_DRIVER_MAJOR: "abc"})
+    exprs = [e for t in terms for e in t["matchExpressions"] if "driver" in e["key"]]
+    assert exprs and all(e == {"key": e["key"], "operator": "Exists"} for e in exprs)
+
+
+@pytest.mark.parametrize("products", PRODUCT_LISTS)
+@pytest.mark.parametrize(("need", "release"), SCENARIOS)
+def test_every_bound_is_a_valid_label_value(
+    need: Any, release: str | None, products: tuple[str, ...]
+) -> None:
+    for term in node_affinity_terms(CAT, need, _release(release), products):
+        for e in term["matchExpressions"]:
+            if e["operator"] in ("Gt", "Lt"):
+                assert _BOUND.match(e["values"][0]), e

@@ -380,3 +380,35 @@ def test_prune_forgets_only_what_the_listing_lacks_and_no_event_showed_since() -
     assert state.snapshot().node("h100-a-01").gpus_free == 8
     assert state.prune("nodes", fleet_nodes()[1:], since) == 1
     assert fleet_nodes()[0]["metadata"]["name"] not in state.nodes
+
+
+# --- a job the API server refused holds nothing (issue: a refused gang kept its GPUs) -------
+def _rejected(name: str, generation: int = 1) -> dict[str, Any]:
+    b = job(name, workers=2, gpus=8).meta(creationTimestamp="2025-06-01T11:00:00Z")
+    b.generation(generation).phase("Invalid", "Rejected", "Pod ...: 422 Invalid")
+    b.with_status(observedGeneration=1)
+    return b.build()
+
+
+def test_a_rejected_job_is_not_admitted_again_and_holds_nothing() -> None:
+    state = fleet_state()
+    state.upsert_job(_rejected("refused"))
+    run_cycle(state)
+    assert ("team-a", "refused") not in state.decisions
+    assert not state.assumed
+
+
+def test_a_rejected_job_is_decided_again_once_its_spec_changes() -> None:
+    state = fleet_state()
+    state.upsert_job(_rejected("refused", generation=2))  # status still says generation 1
+    run_cycle(state)
+    assert state.decisions[("team-a", "refused")].admission.admitted
+
+
+def test_the_shells_rejection_keeps_the_job_out_before_its_status_lands() -> None:
+    state = fleet_state()
+    body = new_job("refused")
+    state.upsert_job(body)
+    state.rejected[("team-a", "refused")] = body["metadata"].get("generation")
+    run_cycle(state)
+    assert not state.assumed and ("team-a", "refused") not in state.decisions

@@ -46,10 +46,19 @@ _RUNTIME_KEYS = (
 
 
 def _gt(key: str, n: int) -> Expr:
+    """`key > n`. A label value cannot start with "-" (the API server refuses "Gt -1" with
+    422: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set),
+    and a label that is a number is never negative, so `> n` for n < 0 is "the label is
+    there": Exists."""
+    if n < 0:
+        return {"key": key, "operator": "Exists"}
     return {"key": key, "operator": "Gt", "values": [str(n)]}
 
 
 def _lt(key: str, n: int) -> Expr:
+    """`key < n`, for n >= 1 (nothing is below 0: callers never ask for that)."""
+    if n < 1:
+        raise ValueError(f"no label value is below {n} ({key})")
     return {"key": key, "operator": "Lt", "values": [str(n)]}
 
 
@@ -87,8 +96,9 @@ def node_affinity_terms(
 
     driver_alts: list[list[Expr]] = []
     if need is None:
-        # check_node still wants a readable driver label on every GPU node; Gt -1 also
-        # rejects a value that is not a number
+        # No driver floor (an image of the user's own, no `cuda`): no bound on the driver,
+        # only its label, which check_node wants readable on every GPU node (Exists: the
+        # "Gt -1" this once was is not a valid label value, and the API server refused it).
         driver_alts = [[_gt(k, -1)] for k in _DRIVER_KEYS]
     else:
         rule = driver_rule(catalog, need, release)

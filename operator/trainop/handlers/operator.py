@@ -393,12 +393,15 @@ async def reconcile_job(key: Key) -> None:
         Runtime.queued.discard(key)
         state = Runtime.state
         body = state.job(key)
-        if not state.leader or body is None or body["metadata"].get("deletionTimestamp"):
+        if not state.leader:
             return
-        if key in state.rejected:
-            if state.rejected[key] == body["metadata"].get("generation"):
-                return  # refused for good; tried again once the spec changes
-            del state.rejected[key]
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            state.forget(key)  # nothing will be created for it: its assumption goes now
+            return
+        if state.is_rejected(key, body):
+            state.forget(key)
+            return  # refused for good; tried again once the spec changes
+        state.rejected.pop(key, None)
         started = time.monotonic()
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))

@@ -168,7 +168,7 @@ class AdmissionLoop:
         bodies, pods, assumed = [], {}, {}
         for key in sorted(state.jobs):
             body = state.job(key)
-            if body is None:
+            if body is None or state.is_rejected(key, body):
                 continue
             wait = _backoff_left(body, config, now)
             if wait > 0:

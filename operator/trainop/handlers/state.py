@@ -339,6 +339,11 @@ class ShellState:
         self._drop_inflight(key)
         self.touch()
 
+    def is_rejected(self, key: Key, body: Mapping[str, Any]) -> bool:
+        """The API server refused this job's current generation for good: out of line,
+        holding nothing, until its spec changes."""
+        return key in self.rejected and self.rejected[key] == body["metadata"].get("generation")
+
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
         self.written[key] = _slim_job(body)

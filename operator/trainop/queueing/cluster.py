@@ -74,6 +74,22 @@ def in_line(body: Mapping[str, Any], priorities: Mapping[str, int], config: Oper
     return not spec.run_policy.suspend and not _priority_missing(spec, priorities)
 
 
+def rejected_for_good(body: Mapping[str, Any]) -> bool:
+    """Whether the API server refused this generation's gang (status Invalid, reason
+    Rejected, for the current generation): it holds nothing and is not in line until its
+    spec changes (otherwise every cycle would admit it again and hold its GPUs)."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    if status.get("phase") != "Invalid" or status.get("observedGeneration") != generation:
+        return False
+    return any(
+        cd.get("type") == "Invalid"
+        and cd.get("status") == "True"
+        and cd.get("reason") == "Rejected"
+        for cd in status.get("conditions") or []
+    )
+
+
 def _priority_missing(spec: TrainingJobSpec, priorities: Mapping[str, int]) -> bool:
     try:
         check_priority_class(spec, priorities.keys())
@@ -166,6 +182,8 @@ def intake(
     counts as admitted, so it is never admitted twice."""
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") in _OUT_OF_LINE:
+        return None
+    if rejected_for_good(body):
         return None
     try:
         spec = parse_spec(body)
