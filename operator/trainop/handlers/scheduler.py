@@ -193,6 +193,9 @@ class AdmissionLoop:
         await self.publish(result)
         self.cycles += 1
         self.last_cycle_seconds = time.monotonic() - started
+        counted, assumed_gpus = state.gpu_usage()
+        metrics.COUNTED_GPUS.set(counted)
+        metrics.ASSUMED_GPUS.set(assumed_gpus)
         metrics.ADMISSION_CYCLES.inc()
         metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
         for key in changed:

@@ -532,6 +532,17 @@ class ShellState:
                     used[node] += held[2]
         return used
 
+    def gpu_usage(self) -> tuple[int, int]:
+        """(GPUs admission counts as used, of which assumed or created but not yet seen):
+        the first is what the live pods it sees hold plus the second. A second figure that
+        stays above 0 is a leaked assumption (exported as trainop_assumed_gpus)."""
+        counted = sum(self.used_by_node().values())
+        seen = 0
+        for kind, value, gpus in self.pod_gpus.values():
+            if self._node_of(kind, value) is not None:
+                seen += gpus
+        return counted, counted - seen
+
     def snapshot(self) -> Snapshot:
         """The fleet as placement sees it now; rebuilt only when the revision moved."""
         if self._snapshot is not None and self._snapshot_revision == self.revision:
