@@ -284,7 +284,7 @@ def test_all_features_template_is_accepted_by_the_apiserver(
     assert "PodSecurity" not in proc.stderr, proc.stderr
 
     deploy = find(docs, "Deployment")
-    _check_deployment(deploy, metrics_port=9090, health_port=9091)
+    _check_deployment(deploy, metrics_port=9090, health_port=9091, replicas=2)
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-nlp" in args and "--namespace=team-vision" in args
     assert "--verbose" in args and "--restart-backoff-seconds=2.5" in args
@@ -315,6 +315,7 @@ def test_all_features_template_is_accepted_by_the_apiserver(
         "TrainOpJobsPendingTooLong",
         "TrainOpReconcileErrors",
         "TrainOpOperatorAbsent",
+        "TrainOpNoLeader",
     ]
     assert "[20m]" in rules[0][1] and "> 900" in rules[0][1]
     assert "> 0.01" in rules[1][1]
@@ -326,7 +327,7 @@ def test_all_features_template_is_accepted_by_the_apiserver(
             [promtool, "check", "rules", str(rule_file)], capture_output=True, text=True
         )
         assert check.returncode == 0, check.stdout + check.stderr
-        assert "SUCCESS: 3 rules found" in check.stdout, check.stdout
+        assert "SUCCESS: 4 rules found" in check.stdout, check.stdout
 
 
 def load_operator_config_text(text: str) -> Any:
@@ -338,9 +339,11 @@ def load_operator_config_text(text: str) -> Any:
         return load_operator_config(f.name)
 
 
-def _check_deployment(deploy: dict[str, Any], *, metrics_port: int, health_port: int) -> None:
+def _check_deployment(
+    deploy: dict[str, Any], *, metrics_port: int, health_port: int, replicas: int = 1
+) -> None:
     pod = deploy["spec"]["template"]["spec"]
-    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["replicas"] == replicas
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 65532
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

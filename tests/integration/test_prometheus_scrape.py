@@ -264,7 +264,7 @@ def test_prometheus_scrapes_the_operator_and_every_query_runs(
     # Every alert expression evaluates, and Prometheus loaded and evaluated each rule.
     spec = yaml.safe_load(alert_rule_file.read_text())
     rules = alert_rules([{"kind": "PrometheusRule", "spec": spec}])
-    assert len(rules) == 3
+    assert len(rules) == 4
     for name, expr in rules:
         assert isinstance(prometheus.query(expr), list), name
 
@@ -277,7 +277,7 @@ def test_prometheus_scrapes_the_operator_and_every_query_runs(
             if r["type"] == "alerting"
         }
         # Before its first evaluation a rule reports lastEvaluation 0001-01-01T00:00:00Z.
-        done = len(loaded) == 3 and all(
+        done = len(loaded) == 4 and all(
             not r.get("lastEvaluation", "0001").startswith("0001") for r in loaded.values()
         )
         return loaded if done else None
@@ -285,8 +285,10 @@ def test_prometheus_scrapes_the_operator_and_every_query_runs(
     loaded = kube.wait_for("the alert rules to be evaluated", evaluated, timeout=30)
     for name, rule in loaded.items():
         assert rule["health"] == "ok", f"{name}: {rule.get('lastError')}"
-    # The operator is scraped, so the absent() alert sees it and stays quiet.
+    # The operator is scraped, so the absent() alert sees it and stays quiet; it leads.
     assert loaded["TrainOpOperatorAbsent"]["state"] == "inactive"
+    assert loaded["TrainOpNoLeader"]["state"] == "inactive"
+    assert prometheus.value("sum(trainop_leader)") == 1
 
     # Delete the job while the operator runs, so its finalizer never holds the namespace.
     kube.run("delete", "trainingjob", "scraped", "-n", namespace, "--wait=false")

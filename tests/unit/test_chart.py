@@ -1,10 +1,13 @@
-"""The Helm chart's values schema, operator config, dashboard and alerts, checked without a cluster."""
+"""The Helm chart's values schema, rendered templates, operator config, dashboard and alerts,
+checked without a cluster (templates are rendered by the helm binary `make build-binaries`
+builds; those tests skip, saying so, where it is not built yet)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from trainop import metrics
+from trainop.cluster.binaries import COMPONENTS, BuildError, resolve_binaries
 from trainop.config import operator_config_from_data
 from trainop.observability import (
     dashboard_queries,
@@ -177,6 +181,27 @@ def test_schema_declares_every_default_value(
             id="label-not-string",
         ),
         pytest.param(("replicaCount",), 2, "Additional properties", id="no-replicas"),
+        pytest.param(("fleetSize",), "huge", "is not one of", id="fleet-size"),
+        pytest.param(("fleetSize",), 3000, "is not one of", id="fleet-size-number"),
+        pytest.param(("podAntiAffinity", "mode"), "maybe", "is not one of", id="anti-affinity"),
+        pytest.param(
+            ("operator", "leaderElection", "leaseDurationSeconds"),
+            0,
+            "less than the minimum",
+            id="lease-duration",
+        ),
+        pytest.param(
+            ("operator", "leaderElection", "retryPeriodSeconds"),
+            0,
+            "less than or equal to the minimum",
+            id="retry-period",
+        ),
+        pytest.param(("operator", "kubeApi", "burst"), 0, "less than the minimum", id="burst"),
+        pytest.param(("operator", "kubeApi", "qps"), "fast", "is not of type", id="qps"),
+        pytest.param(("podDisruptionBudget", "minAvailable"), "half", "is not valid", id="pdb-min"),
+        pytest.param(
+            ("securityContext", "capabilities", "drop"), "ALL", "is not of type", id="caps"
+        ),
     ],
 )
 def test_schema_rejects_bad_values(
@@ -263,6 +288,7 @@ def test_dashboard_variables_resolve(exposed: set[str]) -> None:
         "trainop_placement_span_bucket",
         "trainop_job_time_to_running_seconds_bucket",
         "trainop_preemptions_total",
+        "trainop_leader",
     ],
 )
 def test_dashboard_shows(metric: str) -> None:
@@ -277,9 +303,11 @@ def test_every_alert_metric_exists(exposed: set[str]) -> None:
         "TrainOpJobsPendingTooLong",
         "TrainOpReconcileErrors",
         "TrainOpOperatorAbsent",
+        "TrainOpNoLeader",
     ]
     names = metric_names(text)
     assert {
+        "trainop_leader",
         "trainop_jobs",
         "trainop_admission_wait_seconds_count",
         "trainop_admission_wait_seconds_bucket",
@@ -304,3 +332,229 @@ def test_metric_names_and_exposed_names() -> None:
     )
     with pytest.raises(KeyError, match="nope"):
         grafana_expr('x{a="${nope}"}')
+
+
+# --- rendered templates (helm template) -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    try:
+        only_helm = tuple(c for c in COMPONENTS if c.name == "helm")
+        return str(resolve_binaries(build=False, components=only_helm)["helm"])
+    except BuildError as exc:
+        pytest.skip(f"helm is not built ({exc}); `make build-binaries` builds it")
+
+
+def _render(helm: str, *sets: str, values: Path | None = None) -> list[dict[str, Any]]:
+    """`helm template` of the chart in namespace trainop-system; --set NAME=VALUE per `sets`."""
+    args = [helm, "template", "trainop", str(CHART), "--namespace", "trainop-system"]
+    if values is not None:
+        args += ["--values", str(values)]
+    for item in sets:
+        args += ["--set", item]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _render_error(helm: str, *sets: str) -> str:
+    args = [helm, "template", "trainop", str(CHART)]
+    for item in sets:
+        args += ["--set", item]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, f"{sets} should not render"
+    return proc.stderr
+
+
+def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    hits = [d for d in docs if d["kind"] == kind]
+    assert len(hits) == 1, f"{len(hits)} {kind}"
+    return hits[0]
+
+
+def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    return pod
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """What in a pod spec breaks the restricted Pod Security Standard (the controls that a
+    controller's pod can get wrong), https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted."""
+    out = []
+    psc = pod.get("securityContext") or {}
+    for c in pod["containers"]:
+        sc = c.get("securityContext") or {}
+        name = c["name"]
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            out.append(f"{name}: runAsNonRoot must be true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            out.append(f"{name}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{name}: seccompProfile {seccomp}")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{name}: allowPrivilegeEscalation must be false")
+        if sc.get("privileged"):
+            out.append(f"{name}: privileged")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{name}: capabilities must drop ALL")
+        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            out.append(f"{name}: adds capabilities {caps['add']}")
+    return out
+
+
+def test_default_render_is_one_restricted_replica(helm: str) -> None:
+    docs = _render(helm)
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"], "ServiceMonitor is opt-in"
+    deploy = _one(docs, "Deployment")
+    assert deploy["spec"]["replicas"] == 1
+    pod = _pod(docs)
+    assert restricted_violations(pod) == []
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "affinity" not in pod and "topologySpreadConstraints" not in pod
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
+    args = container["args"]
+    for flag in (
+        "--leader-elect",
+        "--lease-duration-seconds=15",
+        "--renew-deadline-seconds=10",
+        "--retry-period-seconds=2",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+    ):
+        assert flag in args, args
+
+
+def test_two_replicas_get_a_pdb_and_soft_anti_affinity(helm: str) -> None:
+    docs = _render(helm, "replicas=2")
+    pdb = _one(docs, "PodDisruptionBudget")
+    pod_labels = _one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (pref,) = _pod(docs)["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert pref["weight"] == 100
+    assert pref["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pref["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+
+
+@pytest.mark.parametrize(
+    ("sets", "want"),
+    [
+        pytest.param(
+            ["podAntiAffinity.mode=hard"],
+            {"requiredDuringSchedulingIgnoredDuringExecution"},
+            id="hard",
+        ),
+        pytest.param(["podAntiAffinity.mode=none"], None, id="none"),
+        pytest.param(["podDisruptionBudget.enabled=false"], "no-pdb", id="pdb-off"),
+        pytest.param(
+            ["affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution=null"],
+            set(),
+            id="user-affinity-wins",
+        ),
+    ],
+)
+def test_ha_options(helm: str, sets: list[str], want: Any) -> None:
+    docs = _render(helm, "replicas=3", *sets)
+    pod = _pod(docs)
+    if want == "no-pdb":
+        assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    elif want is None:
+        assert "podAntiAffinity" not in (pod.get("affinity") or {})
+    else:
+        assert set(pod.get("affinity", {}).get("podAntiAffinity") or {}) == want
+
+
+def test_topology_spread_selects_the_operator_pods(helm: str) -> None:
+    docs = _render(
+        helm,
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+    )
+    (spread,) = _pod(docs)["topologySpreadConstraints"]
+    labels = _one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize(
+    ("size", "requests", "limits"),
+    [
+        pytest.param("small", ("100m", "256Mi"), ("1", "1Gi"), id="small"),
+        pytest.param("1000", ("500m", "512Mi"), ("2", "1Gi"), id="1000-nodes"),
+        pytest.param("2000", ("1", "1Gi"), ("2", "2Gi"), id="2000-nodes"),
+        pytest.param("5000", ("2", "3Gi"), ("4", "4Gi"), id="5000-nodes"),
+    ],
+)
+def test_fleet_size_picks_the_resources(
+    helm: str, size: str, requests: tuple[str, str], limits: tuple[str, str]
+) -> None:
+    (container,) = _pod(_render(helm, f"fleetSize={size}"))["containers"]
+    res = container["resources"]
+    assert (res["requests"]["cpu"], res["requests"]["memory"]) == requests
+    assert (res["limits"]["cpu"], res["limits"]["memory"]) == limits
+
+
+def test_user_resources_and_security_contexts_win_key_by_key(helm: str) -> None:
+    pod = _pod(
+        _render(
+            helm,
+            "fleetSize=2000",
+            "resources.limits.memory=3Gi",
+            "podSecurityContext.runAsUser=1000",
+            "securityContext.runAsUser=1000",
+        )
+    )
+    (container,) = pod["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "3Gi"},
+    }
+    assert pod["securityContext"]["runAsUser"] == container["securityContext"]["runAsUser"] == 1000
+    assert restricted_violations(pod) == []
+
+
+def test_all_features_render(helm: str) -> None:
+    docs = _render(helm, values=ALL_VALUES)
+    kinds = {d["kind"] for d in docs}
+    assert {"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} <= kinds
+    pod = _pod(docs)
+    assert restricted_violations(pod) == []
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "3Gi"}
+    assert "--lease-duration-seconds=30" in container["args"]
+    assert "--kube-api-qps=50" in container["args"]
+    assert set(pod["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
+    endpoint = _one(docs, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["relabelings"] and endpoint["metricRelabelings"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        pytest.param(
+            ["operator.leaderElection.leaseDurationSeconds=12"],
+            "leaseDurationSeconds (12) must be greater than renewDeadlineSeconds + 2",
+            id="lease-too-short",
+        ),
+        pytest.param(
+            ["operator.leaderElection.renewDeadlineSeconds=2"],
+            "renewDeadlineSeconds (2) must be greater than 1.2 x retryPeriodSeconds",
+            id="deadline-too-short",
+        ),
+        pytest.param(["fleetSize=huge"], "fleetSize", id="fleet-size"),
+    ],
+)
+def test_bad_values_do_not_render(helm: str, sets: list[str], message: str) -> None:
+    assert message in _render_error(helm, *sets)

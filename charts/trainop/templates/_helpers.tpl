@@ -74,3 +74,74 @@ app.kubernetes.io/part-of: trainop
 {{- define "trainop.monitoringNamespace" -}}
 {{- default .root.Release.Namespace .namespace }}
 {{- end }}
+
+{{/*
+The operator container's resources: the fleetSize default (values.yaml documents the measured
+figures behind each), with every key of .Values.resources set over it.
+*/}}
+{{- define "trainop.resources" -}}
+{{- $presets := dict
+  "small" (dict "requests" (dict "cpu" "100m" "memory" "256Mi") "limits" (dict "cpu" "1" "memory" "1Gi"))
+  "1000" (dict "requests" (dict "cpu" "500m" "memory" "512Mi") "limits" (dict "cpu" "2" "memory" "1Gi"))
+  "2000" (dict "requests" (dict "cpu" "1" "memory" "1Gi") "limits" (dict "cpu" "2" "memory" "2Gi"))
+  "5000" (dict "requests" (dict "cpu" "2" "memory" "3Gi") "limits" (dict "cpu" "4" "memory" "4Gi"))
+}}
+{{- $size := toString .Values.fleetSize }}
+{{- if not (hasKey $presets $size) }}
+{{- fail (printf "fleetSize: %q is not one of small, 1000, 2000, 5000" $size) }}
+{{- end }}
+{{- toYaml (mergeOverwrite (deepCopy (get $presets $size)) (deepCopy (.Values.resources | default dict))) }}
+{{- end }}
+
+{{/*
+The operator pod's affinity: .Values.affinity, plus (replicas > 1, podAntiAffinity.mode soft
+or hard, and no podAntiAffinity of the user's) anti-affinity between the replicas.
+*/}}
+{{- define "trainop.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- $anti := .Values.podAntiAffinity }}
+{{- if and (gt (int .Values.replicas) 1) (ne $anti.mode "none") (not (hasKey $affinity "podAntiAffinity")) }}
+{{- $term := dict "labelSelector" (dict "matchLabels" (include "trainop.selectorLabels" . | fromYaml)) "topologyKey" $anti.topologyKey }}
+{{- if eq $anti.mode "hard" }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- else }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- end }}
+{{- with $affinity }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* topologySpreadConstraints; an entry without labelSelector selects the operator's pods. */}}
+{{- define "trainop.topologySpread" -}}
+{{- $out := list }}
+{{- range .Values.topologySpreadConstraints }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "trainop.selectorLabels" $ | fromYaml)) }}
+{{- end }}
+{{- $out = append $out $c }}
+{{- end }}
+{{- with $out }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails the render when the leader-election timings cannot work together (the rule of
+`trainop run`, trainop.kube.lease.timing_error): duration > renew deadline + 2 retry periods,
+renew deadline > 1.2 retry periods.
+*/}}
+{{- define "trainop.checkLeaderElection" -}}
+{{- $le := .Values.operator.leaderElection }}
+{{- $duration := float64 $le.leaseDurationSeconds }}
+{{- $deadline := float64 $le.renewDeadlineSeconds }}
+{{- $retry := float64 $le.retryPeriodSeconds }}
+{{- if le $deadline (mulf 1.2 $retry) }}
+{{- fail (printf "operator.leaderElection.renewDeadlineSeconds (%v) must be greater than 1.2 x retryPeriodSeconds (%v)" $le.renewDeadlineSeconds $le.retryPeriodSeconds) }}
+{{- end }}
+{{- if le $duration (addf $deadline (mulf 2 $retry)) }}
+{{- fail (printf "operator.leaderElection.leaseDurationSeconds (%v) must be greater than renewDeadlineSeconds + 2 x retryPeriodSeconds (%v): a leader that cannot renew must stop acting before its Lease can be taken over" $le.leaseDurationSeconds (addf $deadline (mulf 2 $retry))) }}
+{{- end }}
+{{- end }}
