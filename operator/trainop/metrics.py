@@ -1,9 +1,10 @@
 """Every Prometheus metric trainop exports, defined once; help texts list the label values.
 
 With several replicas (`trainop run --leader-elect`) every replica keeps a full cache, so
-the gauges that describe the cluster (trainop_jobs, trainop_queue_gpus) are exported only by
-the replica that acts (`LEADERSHIP`, wired by `trainop run` to the shell state): summing them
-over all scraped replicas counts each job once. trainop_leader says which replica that is.
+the gauges that describe the cluster (trainop_jobs, trainop_queue_gpus, trainop_assumed_gpus,
+trainop_counted_gpus) are exported only by the replica that acts (`LEADERSHIP`, wired by
+`trainop run` to the shell state): summing them over all scraped replicas counts each job
+once. trainop_leader says which replica that is.
 Counters and histograms need no such care: only the acting replica reconciles and admits.
 """
 
@@ -223,16 +224,23 @@ def observe_failure(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         FAILURES.labels(str(failure.get("reason") or "Unknown")).inc()
 
 
-JOBS = JobsCollector()
-REGISTRY.register(JOBS)
-REGISTRY.register(LeaderOnly(QUEUE_GPUS))
 ASSUMED_GPUS = Gauge(
     "trainop_assumed_gpus",
     "GPUs the admission cycle counts for gangs it admitted whose pods the watch has not "
     "shown yet (assumed or just created); 0 once every admitted gang's pods are seen. A value "
-    "that stays above 0 is a leaked assumption.",
+    "that stays above 0 is a leaked assumption. Exported by the acting replica only.",
+    registry=None,  # registered through LeaderOnly, below
 )
 COUNTED_GPUS = Gauge(
     "trainop_counted_gpus",
-    "GPUs admission counts as used: those of the live pods it sees plus trainop_assumed_gpus.",
+    "GPUs admission counts as used: those of the live pods it sees plus trainop_assumed_gpus. "
+    "Exported by the acting replica only.",
+    registry=None,
 )
+
+JOBS = JobsCollector()
+REGISTRY.register(JOBS)
+# Set by the admission cycle, which runs on the leader only: a former leader's last values
+# would otherwise stay, and a sum over replicas would count them twice.
+for _gauge in (QUEUE_GPUS, ASSUMED_GPUS, COUNTED_GPUS):
+    REGISTRY.register(LeaderOnly(_gauge))
