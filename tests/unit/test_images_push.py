@@ -169,26 +169,21 @@ def test_unpack_refuses_an_archive_with_a_missing_blob(tmp_path: Path) -> None:
         oci.unpack_layout(partial, tmp_path / "layout")
 
 
-@pytest.mark.parametrize(
-    ("component", "package"),
-    [
-        pytest.param(
-            binaries.CRANE, "github.com/google/go-containerregistry/cmd/crane", id="crane"
-        ),
-        pytest.param(
-            binaries.DISTRIBUTION,
-            "github.com/distribution/distribution/v3/cmd/registry",
-            id="registry",
-        ),
-    ],
-)
-def test_registry_binaries_are_go_installed_at_their_pinned_version(
-    component: binaries.Component, package: str
-) -> None:
-    (cmd,) = binaries.go_install_commands(component)
+def test_crane_is_go_installed_at_its_pinned_version() -> None:
+    (cmd,) = binaries.go_install_commands(binaries.CRANE)
     assert cmd[:2] == ["go", "install"]
-    assert cmd[-1] == f"{package}@{component.version}"
-    assert binaries.component_dir(component).name == f"{component.name}-{component.version}"
+    assert cmd[-1] == f"github.com/google/go-containerregistry/cmd/crane@{binaries.CRANE_VERSION}"
+    assert binaries.component_dir(binaries.CRANE).name == f"crane-{binaries.CRANE_VERSION}"
+
+
+def test_registry_is_built_with_the_filesystem_driver_only() -> None:
+    module, main_go = binaries.OWN_MAIN["distribution"]
+    assert module == "github.com/distribution/distribution/v3"
+    drivers = [line for line in main_go.splitlines() if "/storage/driver/" in line]
+    assert drivers == [
+        '\t_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"'
+    ]
+    assert binaries.DISTRIBUTION.binaries == ("registry",)
 
 
 def test_registry_binaries_stay_out_of_the_default_build() -> None:

@@ -116,6 +116,20 @@ import (
 func main() { coremain.Run() }
 """
 NODE_BINARIES = tuple(b for c in NODE_COMPONENTS for b in c.binaries)
+# The registry with the filesystem storage driver and htpasswd auth only: upstream's
+# cmd/registry also links the Azure, GCS and S3 drivers and their SDKs. Like CoreDNS, a
+# main package of our own picks the drivers it imports (they register themselves in init);
+# the command is upstream's registry.RootCmd (https://github.com/distribution/distribution/blob/main/cmd/registry/main.go).
+DISTRIBUTION_MAIN = """package main
+
+import (
+	"github.com/distribution/distribution/v3/registry"
+	_ "github.com/distribution/distribution/v3/registry/auth/htpasswd"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+)
+
+func main() { registry.RootCmd.Execute() }
+"""
 # Pushing images: crane for `trainop images push` (built on its first use), a registry for
 # the real-node tier. Built with the node binaries, never by `make build-binaries`.
 CRANE = Component("crane", CRANE_VERSION, ("crane",))
@@ -132,7 +146,6 @@ GO_INSTALL = {
     "helm": ("helm.sh/helm/v3/cmd/{binary}", ()),
     "containerd": ("github.com/containerd/containerd/v2/cmd/{binary}", ("no_btrfs",)),
     "crane": ("github.com/google/go-containerregistry/cmd/{binary}", ()),
-    "distribution": ("github.com/distribution/distribution/v3/cmd/{binary}", ()),
 }
 
 
@@ -237,17 +250,26 @@ def _go_install(component: Component, dest: Path, work: Path, progress: Progress
         _run(cmd, work, env, progress, f"{binary} {component.version}")
 
 
-def _build_coredns(component: Component, work: Path, dest: Path, progress: Progress) -> None:
+# Components built from a main package of our own: (module required, main.go).
+OWN_MAIN = {
+    "coredns-k8s": ("github.com/coredns/coredns", COREDNS_MAIN),
+    "distribution": ("github.com/distribution/distribution/v3", DISTRIBUTION_MAIN),
+}
+
+
+def _build_own_main(component: Component, work: Path, dest: Path, progress: Progress) -> None:
+    module, main_go = OWN_MAIN[component.name]
     (work / "go.mod").write_text(
-        "module trainop.dev/localcluster/coredns\n\ngo 1.26.0\n\n"
-        f"require github.com/coredns/coredns {component.version}\n"
+        f"module trainop.dev/localcluster/{component.name}\n\ngo 1.26.0\n\n"
+        f"require {module} {component.version}\n"
     )
-    (work / "main.go").write_text(COREDNS_MAIN)
+    (work / "main.go").write_text(main_go)
     env = _go_env()
-    label = f"coredns {component.version}"
+    label = f"{component.name} {component.version}"
     _run(["go", "mod", "tidy"], work, env, progress, f"{label} (resolve modules)")
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", str(dest / "coredns"), "."]
+    (binary,) = component.binaries
+    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", str(dest / binary), "."]
     _run(cmd, work, env, progress, f"{label} (compile)")
 
 
@@ -278,8 +300,8 @@ def _build(component: Component, dest: Path, progress: Progress) -> None:
                 progress,
                 f"etcd {component.version}",
             )
-        elif component.name == "coredns-k8s":
-            _build_coredns(component, work, dest, progress)
+        elif component.name in OWN_MAIN:
+            _build_own_main(component, work, dest, progress)
         elif component.name in GO_INSTALL:
             _go_install(component, dest, work, progress)
         else:  # pragma: no cover - COMPONENTS is closed
