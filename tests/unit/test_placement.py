@@ -299,9 +299,31 @@ CASES = {
     ),
     "unlabelled-nodes-form-one-rack": Case(
         [node(f"n{i}").build() for i in range(3)],
-        gang(3, 8, "rack"),
+        gang(3, 8, "rack", "Preferred"),
         level="rack",
         explains=[f"in rack {UNLABELLED}/{UNLABELLED}"],
+    ),
+    # Required cannot be kept (or checked) without the level's label: refused, naming it.
+    "required-rack-without-rack-labels": Case(
+        [node(f"n{i}").build() for i in range(3)],
+        gang(3, 8, "rack"),
+        nofit=f"topology rack is Required, but no eligible node carries label {LABEL_RACK}; "
+        "label racks with it or set topologyLevels",
+    ),
+    "required-block-without-block-labels": Case(
+        [node(f"n{i}").rack(f"r{i // 2}").build() for i in range(4)],
+        gang(2, 8, "block"),
+        nofit=f"topology block is Required, but no eligible node carries label {LABEL_BLOCK}; "
+        "label blocks with it or set topologyLevels",
+    ),
+    "required-rack-one-pod-needs-no-label": Case(
+        [node(f"n{i}").build() for i in range(2)], gang(1, 8, "rack"), nodes_used=["n0"]
+    ),
+    "required-rack-some-racks-labelled": Case(
+        [node("n0").build(), node("n1").rack("r1").build(), node("n2").rack("r1").build()],
+        gang(2, 8, "rack"),
+        level="rack",
+        nodes_used=["n1", "n2"],
     ),
     "block-required-spans-racks": Case(
         grid(2, 2, 2),

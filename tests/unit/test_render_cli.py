@@ -559,3 +559,19 @@ def test_input_over_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"big\.yaml: more than 64 bytes, over the limit"):
         read_text(str(p), max_bytes=64)
     assert read_text(str(p), max_bytes=1000).startswith("a: x")
+
+
+def test_required_rack_on_nodes_without_rack_labels_exits_3_naming_the_label(
+    tmp_path: Path,
+) -> None:
+    nodes = fleet_nodes()
+    for n in nodes:
+        del n["metadata"]["labels"][c.LABEL_RACK]
+    p = tmp_path / "nodes.yaml"
+    p.write_text(dump_yaml_all(nodes))
+    result = run("render", str(EXAMPLES / "pytorch-ddp.yaml"), "--nodes", str(p))
+    assert result.exit_code == 3
+    assert (
+        f"no eligible node carries label {c.LABEL_RACK}; label racks with it or set "
+        "topologyLevels" in result.stderr.splitlines()[0]
+    ), result.stderr

@@ -7,7 +7,9 @@ Algorithm. Nodes that are schedulable, have GPUs, match gpu_products and pass no
 eligible; those with free GPUs form a tree (cluster > block > rack > clique > node, from the
 snapshot's topology paths). Levels are tried from the smallest: one node, one NVLink clique, one
 rack, one block, the cluster; Required stops at the requested level, Preferred goes on and says
-so. At a level, the domains that could hold the gang (enough free GPUs, and for every replica
+so. A Required rack or block for several pods when no eligible node carries that level's label
+is refused up front, naming the label: the unlabelled nodes would form one domain spanning the
+cluster, and the guarantee would be kept in name only. At a level, the domains that could hold the gang (enough free GPUs, and for every replica
 size s at least as many s-GPU slots, sum(floor(free/s)), as replicas of size >= s) are tried in
 best-fit order: least free GPUs left over, then more eligible nodes already holding the image,
 then path. Inside a domain replicas are packed largest first. Among sibling sub-domains (racks
@@ -444,7 +446,7 @@ def _eligible(snapshot: Snapshot, request: GangRequest) -> _Eligible:
     return found
 
 
-def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noqa: C901 - the early NoFit checks, in order, each with its own message
+def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noqa: C901, PLR0912 - the early NoFit checks, in order, each with its own message
     """Place every replica of the gang or none; deterministic for equal inputs."""
     gang = _Gang(request)
     if not gang.reps:
@@ -475,6 +477,10 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         return NoFit(
             f"no node can run the job: {'; '.join(_exclusion_summary(excluded))}", tuple(details)
         )
+
+    unverifiable = _unlabelled_level(snapshot, request, gang, eligible)
+    if unverifiable is not None:
+        return unverifiable
 
     free_total, alloc_total = found.free_total, found.alloc_total
     details.append(
@@ -550,6 +556,36 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         f"needs {gang.describe()}; the {free_total} free GPUs on eligible nodes are too "
         f"fragmented to pack these mixed replica sizes",
         tuple(details),
+    )
+
+
+def _unlabelled_level(
+    snapshot: Snapshot, request: GangRequest, gang: _Gang, eligible: Sequence[NodeInfo]
+) -> NoFit | None:
+    """A Required rack or block for a gang of several pods when no eligible node carries that
+    level's label: every node would sit in one `<unlabelled>` domain and the gang would be
+    "placed in one rack" spanning the whole cluster, so it is refused, naming the label. One
+    pod is always within one rack and is not refused."""
+    if request.mode != "Required" or request.topology not in (RACK, BLOCK) or len(gang.reps) < 2:
+        return None
+    names = level_names(snapshot.levels)
+    key = next((k for k, name in names.items() if name == request.topology), None)
+    if key is None:  # topologyLevels has no such level: the cluster is the domain, as configured
+        return None
+
+    def labelled() -> bool:
+        return any(n.level_value(key) != UNLABELLED for n in eligible)
+
+    if request.filter_key is None:
+        found = labelled()
+    else:  # labels do not change on the what-if snapshots of a cycle: a "static" memo
+        memo = ("static", "labelled", key, request.filter_key, request.gpu_products)
+        found = snapshot.memo(memo, labelled)
+    if found:
+        return None
+    return NoFit(
+        f"topology {request.topology} is Required, but no eligible node carries label {key}; "
+        f"label {request.topology}s with it or set topologyLevels"
     )
 
 
