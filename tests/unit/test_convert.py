@@ -585,3 +585,48 @@ def test_several_files_one_stream_and_output_file(tmp_path: Path) -> None:
 def test_only_runtimes_is_an_error() -> None:
     result = run("convert", str(DATA / "runtime-deepspeed.yaml"))
     assert result.exit_code == 2 and "no Kubeflow job" in result.stderr
+
+
+MALFORMED_CASES = [
+    ("spec a list", {"spec": []}),
+    ("replica specs a string", {"spec": {"pytorchReplicaSpecs": "Worker"}}),
+    (
+        "container a string",
+        {
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {"template": {"spec": {"containers": ["pytorch"]}}}
+                }
+            }
+        },
+    ),
+    ("replicas a word", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "two"}}}}),
+    (
+        "runPolicy a number",
+        {
+            "spec": {
+                "runPolicy": 3,
+                "pytorchReplicaSpecs": {
+                    "Worker": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}
+                },
+            }
+        },
+    ),
+    ("no name", {"metadata": {}}),
+]
+
+
+@pytest.mark.parametrize(("name", "patch"), MALFORMED_CASES, ids=lambda v: str(v)[:30])
+def test_malformed_input_is_one_error_line(name: str, patch: dict[str, Any]) -> None:
+    body = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"}}
+    result = run("convert", "-", stdin=_text({**body, **patch}))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: PyTorchJob"), result.stderr
+
+
+def test_runtime_option_takes_runtimes_only() -> None:
+    result = run(
+        "convert", str(DATA / "trainjob-mpi.yaml"), "--runtime", str(DATA / "paddlejob.yaml")
+    )
+    assert result.exit_code == 2
+    assert "--runtime: object 1 is a kubeflow.org/v1 PaddleJob" in result.stderr

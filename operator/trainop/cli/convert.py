@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from trainop.cli.inputs import EXIT_INVALID, InputError, exit_invalid, read_documents
-from trainop.convert import Converted, convert_documents
+from trainop.convert import Converted, convert_documents, is_runtime
 from trainop.yamlio import dump_yaml_all
 
 _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
@@ -71,6 +71,12 @@ def convert(files: tuple[str, ...], runtime_files: tuple[str, ...], output: str 
     would refuse (the message names the field)."""
     docs = _read(files)
     runtimes = _read(runtime_files) if runtime_files else []
+    for i, doc in enumerate(runtimes):
+        if not is_runtime(doc):
+            exit_invalid(
+                f"--runtime: object {i + 1} is a {doc.get('apiVersion')} {doc.get('kind')}, "
+                "expected trainer.kubeflow.org/v1alpha1 ClusterTrainingRuntime or TrainingRuntime"
+            )
     results = convert_documents(docs, runtimes)
     if not results:
         exit_invalid(f"no Kubeflow job in {', '.join(files)} (only runtimes, or empty)")

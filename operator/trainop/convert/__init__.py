@@ -83,6 +83,11 @@ def convert_one(
     except ConvertError as exc:
         out.errors.append(f"{exc.path}: {exc.detail}")
         return out
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        # A field of an unexpected type somewhere deep (a container that is a string, ...):
+        # one line, never a traceback; the API server would have refused the object too.
+        out.errors.append(f"malformed {src.kind}: {type(exc).__name__}: {exc}")
+        return out
     out.notes = [*src.notes, *(Note(p, NOT_CONVERTED) for p in src.leftovers())]
     out.errors = check(out.job)
     return out
@@ -116,4 +121,13 @@ def check(job: Mapping[str, Any]) -> list[str]:
     return []
 
 
-__all__ = ["SUPPORTED", "Converted", "Note", "check", "convert_documents", "convert_one"]
+__all__ = [
+    "NOT_CONVERTED",
+    "SUPPORTED",
+    "Converted",
+    "Note",
+    "check",
+    "convert_documents",
+    "convert_one",
+    "is_runtime",
+]

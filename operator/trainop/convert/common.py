@@ -213,7 +213,9 @@ def shape_template(
     containers = pod.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ConvertError(f"{path}.spec.containers", "required: at least one container")
-    names = [x.get("name") if isinstance(x, dict) else None for x in containers]
+    if not all(isinstance(x, dict) for x in containers):
+        raise ConvertError(f"{path}.spec.containers", "every container must be an object")
+    names = [x.get("name") for x in containers]
     if main is not None and main in names and names[0] != main:
         containers.insert(0, containers.pop(names.index(main)))
     policy = pod.pop("restartPolicy", None)

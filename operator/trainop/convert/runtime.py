@@ -178,4 +178,5 @@ def _patch_containers(src: Source, path: str, pod: dict[str, Any], key: str, pat
 def merge_env(base: list[Any], extra: list[Any]) -> list[Any]:
     """`extra` wins by name; order kept, new names appended."""
     names = {e.get("name") for e in extra if isinstance(e, Mapping)}
-    return [*(e for e in base if e.get("name") not in names), *copy.deepcopy(extra)]
+    kept = [e for e in base if not (isinstance(e, Mapping) and e.get("name") in names)]
+    return [*kept, *copy.deepcopy(extra)]
