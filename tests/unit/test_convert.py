@@ -630,3 +630,22 @@ def test_runtime_option_takes_runtimes_only() -> None:
     )
     assert result.exit_code == 2
     assert "--runtime: object 1 is a kubeflow.org/v1 PaddleJob" in result.stderr
+
+
+def test_a_v1_list_on_stdin_converts_every_item() -> None:
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [*load("pytorchjob.yaml"), *load("xgboostjob.yaml")],
+    }
+    result = run("convert", "-", stdin=_text(listing))
+    assert result.exit_code == 0, result.stderr
+    assert [d["metadata"]["name"] for d in docs(result)] == ["bert", "xgb-iris"]
+
+
+def test_one_bad_job_exits_2_and_the_good_ones_are_still_written() -> None:
+    bad = {"apiVersion": "kubeflow.org/v1", "kind": "MXJob", "metadata": {"name": "m"}}
+    result = run("convert", "-", stdin=_text(*load("paddlejob.yaml"), bad))
+    assert result.exit_code == 2
+    assert "error: MXJob default/m: apiVersion/kind: kubeflow.org/v1 MXJob" in result.stderr
+    assert [d["metadata"]["name"] for d in docs(result)] == ["ernie"]
