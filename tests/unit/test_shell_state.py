@@ -412,3 +412,110 @@ def test_the_shells_rejection_keeps_the_job_out_before_its_status_lands() -> Non
     state.rejected[("team-a", "refused")] = body["metadata"].get("generation")
     run_cycle(state)
     assert not state.assumed and ("team-a", "refused") not in state.decisions
+
+
+# --- usage accounting under random event orders ---------------------------------------------
+class UsageModel:
+    """What admission should count as used, kept without ShellState's indexes: the live
+    pods of the cache, plus each assumed gang's pods the watch has not shown (until it is
+    forgotten or expires), plus pods created and not yet shown (until `inflight_ttl`)."""
+
+    def __init__(self, assume_ttl: float, inflight_ttl: float) -> None:
+        self.assume_ttl, self.inflight_ttl = assume_ttl, inflight_ttl
+        self.cache: dict[str, tuple[str, int, bool]] = {}  # pod -> (job, GPUs, live)
+        self.assumed: dict[str, tuple[float, dict[str, int]]] = {}  # job -> (expires, pods)
+        self.inflight: dict[str, tuple[str, int, float]] = {}  # pod -> (job, GPUs, created at)
+
+    def _settle(self, job: str) -> None:
+        visible = {p for p, (j, _, _) in self.cache.items() if j == job}
+        if job in self.assumed and set(self.assumed[job][1]) <= visible:
+            del self.assumed[job]
+
+    def upsert(self, name: str, job: str, gpus: int, live: bool) -> None:
+        self.cache[name] = (job, gpus, live)
+        self.inflight.pop(name, None)
+        self._settle(job)
+
+    def remove(self, name: str) -> None:
+        self.cache.pop(name, None)
+
+    def assume(self, job: str, pods: dict[str, int], now: float) -> None:
+        self.assumed[job] = (now + self.assume_ttl, dict(pods))
+        self._settle(job)
+
+    def created(self, name: str, job: str, gpus: int, now: float) -> None:
+        if name not in self.cache:
+            self.inflight[name] = (job, gpus, now)
+
+    def forget(self, job: str) -> None:
+        self.assumed.pop(job, None)
+        self.inflight = {p: v for p, v in self.inflight.items() if v[0] != job}
+
+    def expire(self, now: float) -> None:
+        self.assumed = {j: a for j, a in self.assumed.items() if a[0] > now}
+        self.inflight = {p: v for p, v in self.inflight.items() if v[2] + self.inflight_ttl > now}
+
+    def usage(self) -> tuple[int, int]:
+        seen = sum(g for _, g, live in self.cache.values() if live)
+        pending = {
+            p: g
+            for job, (_, pods) in self.assumed.items()
+            for p, g in pods.items()
+            if self.cache.get(p, ("", 0, False))[0] != job
+        }
+        created = sum(g for p, (_, g, _) in self.inflight.items() if p not in pending)
+        extra = sum(pending.values()) + created
+        return seen + extra, extra
+
+
+def _gang_pod(name: str, node_name: str, gpus: int, how: str) -> dict[str, Any]:
+    b = pod(name).gpus(str(gpus))
+    if how == "gated":
+        return b.pinned(node_name).build()
+    b.on(node_name).bound(node_name)
+    return {"running": b.running, "done": b.succeeded, "failed": b.failed}[how]().build()
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_gpu_usage_is_the_cache_plus_what_is_pending(seed: int) -> None:
+    """After any order of assume / created / upsert_pod / remove_pod / forget / expire,
+    gpu_usage() is the live pods' GPUs plus the pending assumptions and created pods,
+    and once every assumption is settled or gone the second figure is 0."""
+    import random
+
+    rng = random.Random(seed)
+    state = fleet_state()
+    model = UsageModel(state.assume_ttl, state.inflight_ttl)
+    nodes = ["h100-a-01", "h100-a-02", "a100-01", "t4-01"]
+    gangs = {f"j{k}": [f"j{k}-worker-{i}" for i in range(3)] for k in range(3)}
+    now = 0.0
+    for _ in range(150):
+        job_name = rng.choice(sorted(gangs))
+        name = rng.choice(gangs[job_name])
+        gpus, node_name = rng.choice([1, 2, 4]), rng.choice(nodes)
+        op = rng.choice(["assume", "created", "upsert", "upsert", "remove", "forget", "expire"])
+        if op == "assume":
+            chosen = rng.sample(gangs[job_name], rng.randint(1, 3))
+            state.assume(("team-a", job_name), {p: ("name", node_name, gpus) for p in chosen}, now)
+            model.assume(job_name, dict.fromkeys(chosen, gpus), now)
+        elif op == "created":
+            state.created(_gang_pod(name, node_name, gpus, "gated"), now)
+            model.created(name, job_name, gpus, now)
+        elif op == "upsert":
+            how = rng.choice(["gated", "running", "running", "done", "failed"])
+            state.upsert_pod(_gang_pod(name, node_name, gpus, how))
+            model.upsert(name, job_name, gpus, how in ("gated", "running"))
+        elif op == "remove":
+            state.remove_pod("team-a", name)
+            model.remove(name)
+        elif op == "forget":
+            state.forget(("team-a", job_name))
+            model.forget(job_name)
+        else:
+            now += rng.choice([1.0, 60.0, 130.0, 700.0])
+            state.expire(now)
+            model.expire(now)
+        assert state.gpu_usage() == model.usage(), (op, name)
+        assert sum(n.gpus_used for n in state.snapshot().nodes) == model.usage()[0], (op, name)
+    state.expire(now + 10_000)
+    assert state.gpu_usage()[1] == 0

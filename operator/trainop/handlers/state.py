@@ -249,6 +249,8 @@ class ShellState:
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
             self.pods_of_job[(key[0], job)].add(key[1])
+            if (key[0], job) in self.assumed:
+                self.revision += 1  # what its assumption still holds changed: snapshot stale
             self._settle_assumed((key[0], job))
         new_gpus = self.holding(slim)
         self._place_pod(key, old_gpus, new_gpus)
@@ -263,6 +265,8 @@ class ShellState:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
+            if (namespace, job) in self.assumed:
+                self.revision += 1  # its assumption holds this pod's GPUs again
             names = self.pods_of_job.get((namespace, job))
             if names is not None:
                 names.discard(name)
@@ -450,10 +454,13 @@ class ShellState:
             job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
             if job:
                 self._inflight_of[(key[0], job)].add(key[1])
+            self.revision += 1  # counted from now on: the cached snapshot is stale
 
     def _pop_inflight(self, pod_key: Key) -> None:
         pod = self.inflight.pop(pod_key, None)
         self._inflight_at.pop(pod_key, None)
+        if pod is not None:
+            self.revision += 1  # no longer counted as created: the cached snapshot is stale
         job = ((pod or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_JOB_NAME)
         names = self._inflight_of.get((pod_key[0], job or ""))
         if names is not None:
