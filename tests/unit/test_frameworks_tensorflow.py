@@ -88,6 +88,21 @@ CASES = [
         },
         id="gpu-evaluator-ranked-by-placement",
     ),
+    pytest.param(  # render exited 1 ("members Chief-0 have no rank while others do")
+        gang(("Chief", 0, None, 0), ("Worker", 0, 1, 8), ("Worker", 1, 0, 8), ("PS", 0, None, 0)),
+        {
+            "chief": [addr("chief", 0)],
+            "worker": [addr("worker", 1), addr("worker", 0)],
+            "ps": [addr("ps", 0)],
+        },
+        {
+            ("Chief", 0): ("chief", 0),
+            ("Worker", 1): ("worker", 0),
+            ("Worker", 0): ("worker", 1),
+            ("PS", 0): ("ps", 0),
+        },
+        id="cpu-chief-gpu-workers",
+    ),
     pytest.param(
         gang(("Worker", 0, 0, 8), ("Evaluator", 0, None, 1), port=5000),
         {"worker": [addr("worker", 0, 5000)]},

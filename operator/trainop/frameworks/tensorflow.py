@@ -10,6 +10,8 @@ still gets its own task. Chief and Worker are listed in rank order (placement's
 topology order), so the task order TF's collectives see follows the topology and a
 worker's task index is its position in that order, not its replica index; PS and
 evaluator keep replica-index order. Unused task types are left out of the cluster.
+Chief and Worker are ordered each on its own: a CPU-only Chief (ParameterServerStrategy's
+coordinator) has no rank while GPU workers do, and each role is its own list anyway.
 """
 
 from __future__ import annotations
@@ -39,10 +41,9 @@ def _dump(obj: object) -> str:
 
 
 def wire(inp: WiringInput) -> Wiring:
-    ranked = ranked_members(inp, ("Chief", "Worker"))
     lists: dict[str, tuple[Member, ...]] = {
-        "Chief": tuple(m for m in ranked if m.role == "Chief"),
-        "Worker": tuple(m for m in ranked if m.role == "Worker"),
+        "Chief": ranked_members(inp, ("Chief",)),
+        "Worker": ranked_members(inp, ("Worker",)),
         "PS": inp.of_role("PS"),
     }
     cluster = {
