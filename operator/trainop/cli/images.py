@@ -71,7 +71,7 @@ def push(name: str, dest: str, docker_config: Path | None, insecure: bool) -> No
     try:
         img.check_destination(dest)
         if docker_config is not None and not docker_config.is_file():
-            raise img.ImageError(f"--docker-config {docker_config}: no such file")
+            raise img.ImageError(f"--docker-config {docker_config}: no such file (or not a file)")
         img.built_archive(name)  # before building crane: say what is missing first
         crane = binaries.resolve_binaries(components=(binaries.CRANE,), progress=_say)["crane"]
         pushed = img.push_image(
