@@ -5,17 +5,33 @@ PY := $(VENV)/bin/python
 TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
-.PHONY: install build-binaries test test-unit test-integration test-e2e lint typecheck \
+.PHONY: install lock build-binaries test test-unit test-integration test-e2e lint typecheck \
         importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility bench-placement clean chart-lint \
         real-deps build-node-binaries images test-real demo-real demo-real-down
 
-$(VENV)/.installed: pyproject.toml
+# The venv installs exactly requirements-dev.lock (every version pinned, hashes checked), then
+# trainop itself without dependencies: two installs from one checkout get the same packages.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --require-hashes -r requirements-dev.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
 install: $(VENV)/.installed
+
+# requirements.lock (runtime: the operator image, trainop.cluster.images) and
+# requirements-dev.lock (runtime + dev: make install), by pip-tools' pip-compile from
+# pyproject.toml for this Python (3.11, Linux). The dev lock is resolved first and seeds the
+# runtime one, so both pin a shared package to the same version. Existing pins are kept while
+# pyproject.toml allows them; `make lock UPGRADE=1` takes the newest versions allowed.
+PIP_COMPILE := $(VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+               --no-emit-find-links --no-emit-index-url --no-emit-trusted-host
+lock: install
+	$(VENV)/bin/pip install -q 'pip-tools>=7.5,<8'
+	$(PIP_COMPILE) $(if $(UPGRADE),--upgrade) --extra dev -o requirements-dev.lock pyproject.toml
+	cp requirements-dev.lock requirements.lock
+	$(PIP_COMPILE) -o requirements.lock pyproject.toml
 
 build-binaries: install
 	$(TRAINOP) cluster build

@@ -226,13 +226,43 @@ def _base_key(recipe: Recipe) -> str:
     return _digest([SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps])[:16]
 
 
+RUNTIME_LOCK = "requirements.lock"  # `make lock`: pip-compile's pins of pyproject's dependencies
+
+
+def _project_name(requirement: str) -> str:
+    """PEP 503 normalized name of a requirement string ("PyYAML>=6" -> "pyyaml")."""
+    name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement.strip())
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else ""
+
+
 def trainop_dependencies() -> list[str]:
-    """trainop's runtime requirements, from pyproject.toml (the operator image's venv)."""
+    """The operator image's venv: every runtime package pinned by requirements.lock
+    ("kopf==1.45.2", dependencies of dependencies included), so two builds install the same
+    versions; the pins are part of the image key. pip-compile's hashes and comments are
+    dropped (the download and the offline install take requirement strings). A lock missing
+    one of pyproject.toml's dependencies is stale: an ImageError says to run `make lock`."""
     root = repo_root()
     if root is None:
-        raise ImageError("the operator image needs trainop's source checkout (pyproject.toml)")
-    with (root / "pyproject.toml").open("rb") as f:
-        return list(tomllib.load(f)["project"]["dependencies"])
+        raise ImageError(f"the operator image needs trainop's source checkout ({RUNTIME_LOCK})")
+    path = root / RUNTIME_LOCK
+    try:
+        text = path.read_text(encoding="utf-8")
+        with (root / "pyproject.toml").open("rb") as f:
+            wanted = tomllib.load(f)["project"]["dependencies"]
+    except OSError as exc:
+        raise ImageError(f"cannot read {exc.filename}: {exc.strerror}; run `make lock`") from None
+    pins = []
+    for line in text.replace("\\\n", " ").splitlines():
+        requirement = line.split("#", 1)[0].split(" --hash", 1)[0].strip()
+        if requirement and not requirement.startswith("-"):
+            pins.append(requirement)
+    missing = {_project_name(w) for w in wanted} - {_project_name(p) for p in pins}
+    if missing:
+        raise ImageError(
+            f"{path} lacks {', '.join(sorted(missing))} (pyproject.toml dependencies); "
+            "run `make lock`"
+        )
+    return pins
 
 
 def image_key(name: str) -> str:
