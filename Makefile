@@ -67,9 +67,11 @@ real-deps:
 build-node-binaries: install
 	$(TRAINOP) cluster build --real-nodes
 
-# pause, pytorch-cpu, mpi-cpu and operator images (mmdebstrap; cached by content).
+# pause, pytorch-cpu, mpi-cpu, operator and the framework images (tensorflow-cpu, jax-cpu,
+# paddle-cpu, mxnet-cpu); mmdebstrap, cached by content, two builds at a time (-j).
 images: install real-deps
-	$(TRAINOP) images build --name none pause pytorch-cpu mpi-cpu operator
+	$(TRAINOP) images build --name none -j 2 pause pytorch-cpu mpi-cpu operator \
+	  tensorflow-cpu jax-cpu paddle-cpu mxnet-cpu
 
 # Go builds (CPU) and image builds (mostly download and dpkg) overlap: -j2.
 test-real: install build-binaries real-deps

@@ -102,3 +102,34 @@ def run_restart(target: Target, ns: str) -> tuple[dict[str, Any], str]:
 
 DDP_LINE = re.compile(r"ddp: world=2 steps=\d+ loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK")
 MPI_LINE = re.compile(r"mpi: size=2 allreduce=3 expected=3 OK")
+
+
+# --- the other frameworks (tests/real/test_3_frameworks.py) ------------------------------
+# Each job's number is printed by one member whose rank the framework decides (placement's
+# rank 0 for JAX and Paddle, ps-lite's arrival order for MXNet), so the log read is that of
+# every pod of the job, in pod-name order.
+
+
+def run_example(target: Target, ns: str, file: str) -> tuple[dict[str, Any], str]:
+    """Apply examples/real/<file>, wait for Succeeded, return the job and all its pods' logs."""
+    job = example(target, file, ns)
+    target.kube.apply(job)
+    name = job["metadata"]["name"]
+    tj = wait_finished(target, ns, name)
+    pods = sorted(
+        p["metadata"]["name"]
+        for p in target.kube.get("pods", "-n", ns)["items"]
+        if p["metadata"]["name"].startswith(f"{name}-")
+    )
+    return tj, "\n".join(f"--- {pod}\n{logs(target.kube, ns, pod)}" for pod in pods)
+
+
+TF_LINE = re.compile(
+    r"tf: replicas=(\d+) steps=\d+ allreduce_err=([0-9.e+-]+) loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK"
+)
+JAX_LINE = re.compile(r"jax: processes=(\d+) devices=(\d+) psum=(\d+) expected=(\d+) OK")
+PADDLE_LINE = re.compile(
+    r"paddle: world=(\d+) allreduce=(\d+) expected=(\d+) steps=\d+ "
+    r"loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK"
+)
+MXNET_LINE = re.compile(r"mxnet: workers=(\d+) servers=(\d+) pulled=(\d+) expected=(\d+) OK")

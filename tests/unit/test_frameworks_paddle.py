@@ -88,6 +88,20 @@ def test_cpu_pods_run_one_process() -> None:
     assert w.env[("Worker", 0)]["PADDLE_NPROC_PER_NODE"] == "1"
 
 
+BACKEND_CASES = [
+    # Without a named backend, init_parallel_env() on CPU never makes the global group.
+    pytest.param(0, "gloo", id="cpu-pod-gloo"),
+    pytest.param(8, None, id="gpu-pod-auto"),
+]
+
+
+@pytest.mark.parametrize(("gpus", "backend"), BACKEND_CASES)
+def test_backend_is_gloo_on_cpu_pods_only(gpus: int, backend: str | None) -> None:
+    w = fw.wire("paddle", gang(("Worker", 0, 0, gpus), ("Worker", 1, 1, gpus)))
+    for env in w.env.values():
+        assert env.get("PADDLE_DISTRI_BACKEND") == backend
+
+
 def test_no_pod_ip() -> None:
     w = fw.wire("paddle", gang(("Worker", 0, 0, 8), ("Worker", 1, 1, 8)))
     for env in w.env.values():

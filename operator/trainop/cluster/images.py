@@ -4,6 +4,8 @@ registry, and pushed to any OCI registry with crane.
 Each image is layers written by trainop.cluster.oci:
 - a Debian bookworm root filesystem made by `mmdebstrap` (Debian package) from the
   packages the image lists; operator-only: a venv with trainop and its PyPI dependencies;
+  the framework images (tensorflow-cpu, jax-cpu, paddle-cpu, mxnet-cpu): a venv at
+  /opt/venv with the framework's wheels, pinned in trainop.cluster.wheels;
 - a layer of trainop's own files: `trainop-launch` (standard library only, see
   trainop.launcher), small entrypoint scripts and the example training scripts.
 `pause` (the pod sandbox image) is one static binary, trainop's own few lines of Go.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from trainop.cluster import oci
+from trainop.cluster import oci, wheels
 
 REGISTRY = "trainop.local"
 SUITE = "bookworm"
@@ -56,6 +58,7 @@ class Recipe:
     files: tuple[str, ...] = ()  # keys of _trainop_files()
     config: oci.ImageConfig = field(default_factory=oci.ImageConfig)
     pip_trainop: bool = False  # a venv at /opt/trainop: trainop's PyPI deps (base), trainop (layer)
+    wheels: tuple[str, ...] = ()  # pinned PyPI wheels for a venv at /opt/venv (base layer)
 
 
 PAUSE_GO = """package main
@@ -166,6 +169,32 @@ RECIPES = {
         ),
     ),
 }
+# The framework images: Debian's python3 and a venv (seeing Debian's site-packages, where
+# trainop-launch lives) with the framework's wheels; /opt/venv/bin comes first on PATH.
+VENV = "/opt/venv"
+FRAMEWORK_PACKAGES = ("python3", "python3-venv", "procps", "iproute2")
+FRAMEWORK_CONFIG = oci.ImageConfig(
+    env={"PATH": f"{VENV}/bin:{PATH_ENV}", "PYTHONUNBUFFERED": "1"}, workdir="/"
+)
+RECIPES.update(
+    {
+        name: Recipe(
+            name,
+            packages=FRAMEWORK_PACKAGES + extra,
+            files=("launcher", "examples"),
+            config=FRAMEWORK_CONFIG,
+            wheels=pins,
+        )
+        for name, pins, extra in (
+            ("tensorflow-cpu", wheels.TENSORFLOW, ()),
+            ("jax-cpu", wheels.JAX, ()),
+            ("paddle-cpu", wheels.PADDLE, ()),
+            # libmxnet.so links libgomp, and its bundled libgfortran.so.3 libquadmath.
+            ("mxnet-cpu", wheels.MXNET, ("libgomp1", "libquadmath0")),
+        )
+    }
+)
+FRAMEWORK_IMAGES = ("tensorflow-cpu", "jax-cpu", "paddle-cpu", "mxnet-cpu")
 ALL_IMAGES = ("pause", *RECIPES)
 
 
@@ -223,7 +252,10 @@ def _files_of(recipe: Recipe) -> dict[str, tuple[bytes, int]]:
 
 def _base_key(recipe: Recipe) -> str:
     deps = trainop_dependencies() if recipe.pip_trainop else []
-    return _digest([SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps])[:16]
+    parts: list[object] = [SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps]
+    if recipe.wheels:  # only then, so the keys of the older images stay as they were
+        parts.append(sorted(recipe.wheels))
+    return _digest(parts)[:16]
 
 
 RUNTIME_LOCK = "requirements.lock"  # `make lock`: pip-compile's pins of pyproject's dependencies
@@ -340,8 +372,42 @@ def _mmdebstrap(recipe: Recipe, out: Path, work: Path) -> None:
             "--no-cache-dir --find-links /tmp/wheels " + " ".join(shlex.quote(d) for d in deps),
             '--customize-hook=rm -rf "$1"/tmp/wheels',
         ]
+    if recipe.wheels:
+        cmd += _wheel_hooks(recipe.wheels, work / "wheels")
     cmd += [SUITE, str(out), MIRROR]
     _run(cmd, f"mmdebstrap of {recipe.name}")
+
+
+# Bookworm's glibc is 2.36: every manylinux tag up to it. pip 23 takes --platform
+# literally (no expansion to older tags), so each is named.
+_PLATFORMS = (
+    "manylinux1_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux2014_x86_64",
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(5, 37)),
+)
+
+
+def _wheel_hooks(pins: tuple[str, ...], wheels_dir: Path) -> list[str]:
+    """Download the pinned wheels here (this machine's pip settings: index, proxy, CA) for
+    bookworm's CPython 3.11, and mmdebstrap hooks that install them offline into VENV.
+
+    The download takes exactly the pins (--no-deps); the install resolves dependencies
+    against them, so a pin list missing a dependency fails the build, naming it.
+    """
+    platforms = [arg for p in _PLATFORMS for arg in ("--platform", p)]
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    _run(
+        [*pip, "--python-version", "3.11", *platforms, "-d", str(wheels_dir), *pins],
+        "pip download of the pinned wheels (trainop.cluster.wheels)",
+    )
+    return [
+        f"--customize-hook=copy-in {wheels_dir} /tmp",
+        f'--customize-hook=chroot "$1" python3 -m venv --system-site-packages {VENV}',
+        f'--customize-hook=chroot "$1" {VENV}/bin/pip install -q --no-index --no-cache-dir '
+        "--find-links /tmp/wheels " + " ".join(shlex.quote(p) for p in pins),
+        '--customize-hook=rm -rf "$1"/tmp/wheels',
+    ]
 
 
 def build_image(name: str, say: Say) -> Path:

@@ -11,6 +11,13 @@ Each Worker pod is one Paddle node; its rank is placement's rank (topology order
   `paddle.distributed.init_parallel_env()` reads when a script runs one process per pod
   without the launcher. Endpoints use port+1 so they never collide with the master's
   store on rank 0.
+- PADDLE_DISTRI_BACKEND=gloo on pods without GPUs only. Left at its default "auto",
+  `init_parallel_env()` picks nccl on a CUDA build (no GPU here) and, on a CPU-only
+  build, a legacy context that never creates the global process group, so the first
+  `paddle.distributed.all_reduce` fails with "The global group is not initialized"
+  (found on the real-node tier with paddlepaddle 3.3.1; `init_parallel_env` in
+  https://github.com/PaddlePaddle/Paddle/blob/develop/python/paddle/distributed/parallel.py).
+  GPU pods keep "auto" (nccl).
 
 No POD_IP (downward API) is used, only stable DNS names, with one exception that
 keeps it that way: the launcher's HTTP master starts its key-value server only on the
@@ -39,6 +46,7 @@ PADDLE_TRAINER_ID = "PADDLE_TRAINER_ID"
 PADDLE_TRAINERS_NUM = "PADDLE_TRAINERS_NUM"
 PADDLE_TRAINER_ENDPOINTS = "PADDLE_TRAINER_ENDPOINTS"
 PADDLE_CURRENT_ENDPOINT = "PADDLE_CURRENT_ENDPOINT"
+PADDLE_DISTRI_BACKEND = "PADDLE_DISTRI_BACKEND"
 DEFAULT_PORT = 36543  # Kubeflow PaddleJob's default master port
 LOOPBACK = "127.0.0.1"
 
@@ -61,6 +69,8 @@ def wire(inp: WiringInput) -> Wiring:
             PADDLE_TRAINER_ENDPOINTS: ",".join(endpoints),
             PADDLE_CURRENT_ENDPOINT: endpoints[rank],
         }
+        if m.gpus == 0:
+            env[m.key][PADDLE_DISTRI_BACKEND] = "gloo"
     return Wiring(
         env=ordered_env(env),
         container_ports=ports_for(inp, {"Worker": (inp.port, inp.port + 1)}),

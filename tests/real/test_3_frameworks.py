@@ -1,0 +1,73 @@
+"""TensorFlow, JAX, PaddlePaddle and MXNet jobs that run for real, wired only by trainop.
+
+Each job is an example from examples/real/ whose pods run a script of examples/scripts/ in
+its framework's local image (trainop.cluster.images: tensorflow-cpu, jax-cpu, paddle-cpu,
+mxnet-cpu). The scripts read nothing but the env, ports, Service and ConfigMap trainop
+renders, and print a number the test checks: a distributed job that runs with wrong
+wiring hangs or fails, and one that runs prints a wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.real.scenarios import (
+    JAX_LINE,
+    MXNET_LINE,
+    PADDLE_LINE,
+    TF_LINE,
+    Target,
+    run_example,
+)
+from trainop.cluster import images
+from trainop.cluster.local import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def fw_target(target: Target, real_cluster: LocalCluster) -> Target:
+    """The session's target plus the four framework images, imported into the real nodes."""
+    rn = real_cluster.real_nodes()
+    for name in images.FRAMEWORK_IMAGES:
+        archive = images.build_image(name, print)
+        for node in rn.existing():
+            rn.import_image(node, archive, images.image_ref(name))
+    refs = {name: images.image_ref(name) for name in images.FRAMEWORK_IMAGES}
+    return replace(target, images={**target.images, **refs})
+
+
+def test_tensorflow_multiworker_allreduce_and_loss(fw_target: Target, namespace: str) -> None:
+    tj, log = run_example(fw_target, namespace, "tensorflow-cpu.yaml")
+    match = TF_LINE.search(log)
+    assert match, log[-4000:]
+    replicas, err, first, last = match.groups()
+    assert int(replicas) == 3  # the Chief and both Workers joined the collective
+    assert float(err) < 1e-4  # each replica's all-reduced gradient == the sum over workers
+    assert float(last) < float(first) / 10
+    assert tj["status"]["restartCount"] == 0
+
+
+def test_jax_psum_across_three_processes(fw_target: Target, namespace: str) -> None:
+    _, log = run_example(fw_target, namespace, "jax-cpu.yaml")
+    match = JAX_LINE.search(log)
+    assert match, log[-4000:]
+    assert [int(g) for g in match.groups()] == [3, 3, 6, 6]
+    assert log.count("sees psum=6") == 3  # every process got the sum, not only rank 0
+
+
+def test_paddle_collective_allreduce_and_training(fw_target: Target, namespace: str) -> None:
+    _, log = run_example(fw_target, namespace, "paddle-cpu.yaml")
+    match = PADDLE_LINE.search(log)
+    assert match, log[-4000:]
+    world, total, expected, first, last = match.groups()
+    assert (int(world), int(total), int(expected)) == (2, 3, 3)
+    assert float(last) < float(first) / 10
+
+
+def test_mxnet_dist_sync_kvstore_sum(fw_target: Target, namespace: str) -> None:
+    _, log = run_example(fw_target, namespace, "mxnet-cpu.yaml")
+    match = MXNET_LINE.search(log)
+    assert match, log[-4000:]
+    assert [int(g) for g in match.groups()] == [2, 1, 3, 3]
+    assert log.count("pulled [3.0]") == 2  # both workers pulled the sum

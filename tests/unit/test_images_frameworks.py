@@ -1,0 +1,65 @@
+"""The framework images' recipes (tensorflow-cpu, jax-cpu, paddle-cpu, mxnet-cpu): pinned
+wheels, keyed by content, and the venv hooks that install them offline."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from trainop.cluster import images, wheels
+
+FRAMEWORK_PIN = [
+    pytest.param("tensorflow-cpu", "tensorflow-cpu==2.21.0", id="tensorflow"),
+    pytest.param("jax-cpu", "jaxlib==0.10.2", id="jax"),
+    pytest.param("paddle-cpu", "paddlepaddle==3.3.1", id="paddle"),
+    pytest.param("mxnet-cpu", "mxnet==1.9.1", id="mxnet"),
+]
+
+
+@pytest.mark.parametrize(("image", "pin"), FRAMEWORK_PIN)
+def test_each_framework_image_pins_its_framework(image: str, pin: str) -> None:
+    recipe = images.RECIPES[image]
+    assert pin in recipe.wheels
+    assert image in images.FRAMEWORK_IMAGES and image in images.ALL_IMAGES
+    assert recipe.config.env["PATH"].startswith(f"{images.VENV}/bin:")
+    assert "launcher" in recipe.files and "examples" in recipe.files
+
+
+@pytest.mark.parametrize("image", images.FRAMEWORK_IMAGES)
+def test_every_wheel_is_pinned_once(image: str) -> None:
+    pins = images.RECIPES[image].wheels
+    names = [p.split("==")[0] for p in pins]
+    assert all("==" in p for p in pins), pins
+    assert len(names) == len(set(names)), names
+
+
+def test_mxnet_keeps_a_numpy_with_its_aliases() -> None:
+    # MXNet 1.9.1 uses np.bool and friends, removed in NumPy 1.24.
+    numpy = next(p for p in wheels.MXNET if p.startswith("numpy=="))
+    major, minor = (int(x) for x in numpy.split("==")[1].split(".")[:2])
+    assert (major, minor) < (1, 24)
+
+
+def test_a_pin_change_rebuilds_only_that_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {name: images.image_ref(name) for name in images.ALL_IMAGES}
+    jax = images.RECIPES["jax-cpu"]
+    moved = tuple(p.replace("scipy==1.17.1", "scipy==1.17.0") for p in jax.wheels)
+    monkeypatch.setitem(images.RECIPES, "jax-cpu", replace(jax, wheels=moved))
+    after = {name: images.image_ref(name) for name in images.ALL_IMAGES}
+    assert [n for n in before if before[n] != after[n]] == ["jax-cpu"]
+
+
+def test_wheel_hooks_install_offline_into_the_venv(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ran: list[list[str]] = []
+    monkeypatch.setattr(images, "_run", lambda cmd, what, *a, **k: ran.append(cmd))
+    hooks = images._wheel_hooks(("jax==0.10.2", "jaxlib==0.10.2"), tmp_path / "w")
+    (download,) = ran
+    assert download[-2:] == ["jax==0.10.2", "jaxlib==0.10.2"]
+    assert {"--no-deps", "--only-binary=:all:", "manylinux_2_36_x86_64"} <= set(download)
+    assert any("--system-site-packages /opt/venv" in h for h in hooks)
+    install = next(h for h in hooks if "pip install" in h)
+    assert "--no-index" in install and "jaxlib==0.10.2" in install
