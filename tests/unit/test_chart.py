@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -459,8 +460,11 @@ def test_two_replicas_get_a_pdb_and_soft_anti_affinity(helm: str) -> None:
         pytest.param(["podAntiAffinity.mode=none"], None, id="none"),
         pytest.param(["podDisruptionBudget.enabled=false"], "no-pdb", id="pdb-off"),
         pytest.param(
-            ["affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution=null"],
-            set(),
+            [
+                "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+                ".topologyKey=topology.kubernetes.io/zone"
+            ],
+            {"requiredDuringSchedulingIgnoredDuringExecution"},
             id="user-affinity-wins",
         ),
     ],
@@ -558,3 +562,35 @@ def test_all_features_render(helm: str) -> None:
 )
 def test_bad_values_do_not_render(helm: str, sets: list[str], message: str) -> None:
     assert message in _render_error(helm, *sets)
+
+
+def _notes(helm: str, tmp_path: Path, *sets: str) -> str:
+    """NOTES.txt as rendered on install. `helm install --dry-run` wants a cluster, so a copy
+    of the chart renders it through `tpl` into a template of its own."""
+    chart = tmp_path / "trainop"
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes-under-test.txt")
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            'kind: Notes\ntext: {{ tpl (.Files.Get "notes-under-test.txt") . | toJson }}\n'
+        )
+    args = [helm, "template", "trainop", str(chart), "-n", "trainop-system"]
+    args += ["--show-only", "templates/zz-notes.yaml"]
+    for item in sets:
+        args += ["--set", item]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return str(yaml.safe_load(proc.stdout)["text"])
+
+
+def test_notes_create_the_example_namespace_before_applying_it(helm: str, tmp_path: Path) -> None:
+    example = yaml.safe_load((ROOT / "examples" / "pytorch-ddp.yaml").read_text())
+    namespace = example["metadata"]["namespace"]
+    notes = _notes(helm, tmp_path)
+    create = notes.index(f"kubectl create namespace {namespace}\n")
+    assert create < notes.index("kubectl apply -f examples/pytorch-ddp.yaml")
+    assert f"trainop explain {example['metadata']['name']} -n {namespace}" in notes
+    assert "get lease" not in notes  # one replica: nothing to elect
+    ha = _notes(helm, tmp_path, "replicas=2", "operator.watchNamespaces={team-cv}")
+    assert "get lease trainop -o jsonpath='{.spec.holderIdentity}" in ha
+    assert "The operator watches only team-cv" in ha
