@@ -5,16 +5,20 @@ and a real Prometheus."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import job
 from trainop import metrics
 from trainop.kube.client import RateLimiter, set_rate_limit
-from trainop.kube.lease import timing_error
+from trainop.kube.lease import Elector, timing_error
 
 
 @pytest.fixture
@@ -79,6 +83,45 @@ def test_leader_election_timings(
         assert why is None
     else:
         assert why is not None and error in why, why
+
+
+class UnreachableLeaseApi:
+    """Stands in for an API server that does not answer (or, with `holder`, one whose Lease
+    another replica holds and renewed just now): the failures the renew deadline is for."""
+
+    def __init__(self, holder: str | None = None) -> None:
+        self.holder = holder
+
+    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> dict[str, Any]:
+        if self.holder is None:
+            raise ApiException(status=503, reason="ServiceUnavailable")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": self.holder, "renewTime": now, "leaseDurationSeconds": 15}
+        return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+    def replace_namespaced_lease(self, *_: Any, **__: Any) -> None:
+        raise ConnectionError("connection refused")
+
+
+@pytest.mark.parametrize(
+    ("renewed_ago", "api", "leads"),
+    [
+        pytest.param(1.0, UnreachableLeaseApi(), True, id="inside-the-deadline"),
+        pytest.param(7.9, UnreachableLeaseApi(), True, id="next-try-still-inside"),
+        pytest.param(8.5, UnreachableLeaseApi(), False, id="next-try-past-the-deadline"),
+        pytest.param(None, UnreachableLeaseApi(), False, id="a-standby-stays-standby"),
+        pytest.param(1.0, UnreachableLeaseApi(holder="other"), False, id="another-holder"),
+    ],
+)
+def test_a_leader_that_cannot_renew_leads_until_its_deadline(
+    renewed_ago: float | None, api: UnreachableLeaseApi, leads: bool
+) -> None:
+    elector = Elector("l", "ns", "me", 15, renew_deadline_seconds=10, retry_period_seconds=2)
+    elector.api = api  # type: ignore[assignment]
+    if renewed_ago is not None:
+        elector.renewed_at = time.monotonic() - renewed_ago
+    assert elector.step() is leads
+    assert (elector.renewed_at is not None) is leads
 
 
 class FakeClock:
