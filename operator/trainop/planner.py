@@ -75,7 +75,7 @@ class OperatorConfig:
     dra: DraConfig = field(default_factory=DraConfig)
     # Node verdicts per (node class, image, request): see `_node_verdict`. Owned by this
     # config, so a new config (new catalog or profiles) starts with an empty memo.
-    memo: dict[Any, str | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     # Image choice: the CUDA compatibility modes allowed (Native, ForwardCompat,
     # MinorVersionCompat; see catalog.compat) and whether releases with unconfirmed
     # catalog facts may be chosen at all (they are always tried after confirmed ones).

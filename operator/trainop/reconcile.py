@@ -43,12 +43,10 @@ from trainop.planner import (
     OperatorConfig,
     Plan,
     Wait,
-    check_semantics,
-    parse_spec,
     plan_job,
     success_roles,
 )
-from trainop.validation import check_names, check_priority_class
+from trainop.validation import check_priority_class, checked_spec
 
 # pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
 QUEUE_INVALID = "QueueInvalid"
@@ -370,9 +368,7 @@ def _situation(ctx: _Ctx) -> str:
 def _check_valid(ctx: _Ctx) -> Actions | None:
     """A spec that can never run gets a condition and an Event, and no pods."""
     try:
-        ctx.spec = parse_spec(ctx.body)
-        check_semantics(ctx.spec, ctx.config)
-        check_names(ctx.name, ctx.spec)
+        ctx.spec = checked_spec(ctx.body, ctx.config)
     except InvalidJob as exc:
         ctx.delete_all()
         return ctx.invalid(exc)

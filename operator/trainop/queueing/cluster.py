@@ -17,7 +17,7 @@ from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
-from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
+from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
 from trainop.queueing.model import (
     POLICY,
@@ -31,7 +31,7 @@ from trainop.queueing.model import (
 )
 from trainop.queueing.planning import PlannerPlacer, job_policy
 from trainop.queueing.resolve import QueueError, resolve_queue
-from trainop.validation import check_names, check_priority_class
+from trainop.validation import check_priority_class, checked_spec
 
 _OUT_OF_LINE = TERMINAL_PHASES
 
@@ -66,9 +66,7 @@ def in_line(body: Mapping[str, Any], priorities: Mapping[str, int], config: Oper
     its PriorityClass present. Any other job is the reconcile's alone (Invalid, Suspended);
     the operator uses this to know which new jobs wait on a verdict."""
     try:
-        spec = parse_spec(body)
-        check_semantics(spec, config)
-        check_names((body.get("metadata") or {}).get("name", ""), spec)
+        spec = checked_spec(body, config)
     except InvalidJob:
         return False
     return not spec.run_policy.suspend and not _priority_missing(spec, priorities)
@@ -186,9 +184,7 @@ def intake(
     if rejected_for_good(body):
         return None
     try:
-        spec = parse_spec(body)
-        check_semantics(spec, config)  # with config: no catalog release fits -> Invalid
-        check_names(meta.get("name", ""), spec)
+        spec = checked_spec(body, config)  # with config: no catalog release fits -> Invalid
     except InvalidJob:
         return None  # reconcile marks it Invalid
     if spec.run_policy.suspend:
