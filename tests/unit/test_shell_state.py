@@ -519,3 +519,53 @@ def test_gpu_usage_is_the_cache_plus_what_is_pending(seed: int) -> None:
         assert sum(n.gpus_used for n in state.snapshot().nodes) == model.usage()[0], (op, name)
     state.expire(now + 10_000)
     assert state.gpu_usage()[1] == 0
+
+
+# --- intake kept per job version ------------------------------------------------------------
+def _published_jobs(state: ShellState) -> dict[str, Any]:
+    rec = run_cycle(state)
+    return dict(rec.published[-1].jobs)
+
+
+def _fresh_copy(state: ShellState) -> ShellState:
+    """The same objects in a new state: every intake computed from scratch."""
+    fresh = fleet_state()
+    for body in state.job_bodies():
+        fresh.upsert_job(body)
+    for p in state.pods.values():
+        fresh.upsert_pod(p)
+    for key, a in state.assumed.items():
+        fresh.assume(key, a.pods, now=a.expires - state.assume_ttl)
+    return fresh
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda s: None, id="nothing"),
+        pytest.param(
+            lambda s: s.upsert_pod(pod("j1-worker-0").on("a100-01").gpus(8).build()),
+            id="a-pod-of-j1-shows-up",
+        ),
+        pytest.param(
+            lambda s: s.upsert_job(
+                job("j2", workers=1, gpus=8)
+                .generation(2)
+                .meta(creationTimestamp="2025-06-01T11:00:00Z")
+                .build()
+            ),
+            id="j2-edited",
+        ),
+        pytest.param(lambda s: s.forget(("team-a", "j3")), id="j3-forgotten"),
+        pytest.param(lambda s: s.upsert_priority("high", 1000), id="a-priority-class"),
+        pytest.param(lambda s: s.remove_job("team-a", "j1"), id="j1-deleted"),
+    ],
+)
+def test_kept_intakes_equal_a_fresh_intake(change: Any) -> None:
+    state = fleet_state()
+    for name in ("j1", "j2", "j3", "huge"):
+        state.upsert_job(new_job(name, workers=40 if name == "huge" else 1))
+    run_cycle(state)
+    change(state)
+    fresh = _fresh_copy(state)  # before the cycle: it assumes what it admits
+    assert _published_jobs(state) == _published_jobs(fresh)

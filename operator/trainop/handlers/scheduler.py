@@ -165,7 +165,7 @@ class AdmissionLoop:
         state, config = self.state, self.config()
         state.expire(started)
         later: list[float] = [a.expires for a in state.assumed.values()]
-        bodies, pods, assumed = [], {}, {}
+        bodies, pods, assumed, known, signatures = [], {}, {}, {}, {}
         for key in sorted(state.jobs):
             body = state.job(key)
             if body is None or state.is_rejected(key, body):
@@ -176,6 +176,11 @@ class AdmissionLoop:
                 continue
             job_key = f"{key[0]}/{key[1]}"
             bodies.append(body)
+            signatures[job_key] = signature = (key, state.intake_signature(key), config)
+            kept = state.intakes.get(key)
+            if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
+                known[job_key] = kept[1]
+                continue
             pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
             if key in state.assumed:
                 assumed[job_key] = state.assumed_holding(key)
@@ -184,8 +189,11 @@ class AdmissionLoop:
         )
         snapshot = state.snapshot()
         result = await asyncio.to_thread(
-            decide, now, bodies, pods, inputs, snapshot, config, assumed
+            decide, now, bodies, pods, inputs, snapshot, config, assumed, known
         )
+        for job_key, job in result.intakes.items():
+            signature = signatures[job_key]
+            state.intakes[signature[0]] = (signature, job)
         changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
         for decision in result.decisions.jobs.values():
             if decision.action == "Preempt":

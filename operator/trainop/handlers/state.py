@@ -181,6 +181,12 @@ class ShellState:
     # later full listing no longer holds (deleted while no watch was there to say so).
     _seen: dict[tuple[str, Any], float] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
+    # The admission cycle's intake, kept per job (see `intake_signature`): a job whose
+    # body, pods and assumption did not change, on the same nodes, queues and config, is
+    # not taken in again (its QueuedJob, or None when it is out of line, is reused).
+    intakes: dict[Key, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
+    _job_versions: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
+    inputs_revision: int = 0  # queues, namespaces, PriorityClasses, FabricProfiles
 
     # --- change tracking ---------------------------------------------------------------
     def touch(self) -> None:
@@ -188,6 +194,19 @@ class ShellState:
         self.revision += 1
         if self.on_change is not None and self.synced:
             self.on_change()
+
+    def _changed_job(self, key: Key) -> None:
+        """Something the job's intake reads changed: its body, pods or assumption."""
+        self._job_versions[key] += 1
+
+    def _changed_inputs(self) -> None:
+        self.inputs_revision += 1
+        self.touch()
+
+    def intake_signature(self, key: Key) -> tuple[int, int, int]:
+        """What a job's intake depends on besides the config: equal signatures, equal
+        QueuedJob (the cycle keeps the config object with it and compares that too)."""
+        return (self._job_versions.get(key, 0), self.node_revision, self.inputs_revision)
 
     def mark_synced(self) -> None:
         """Every watch has been listed in full (kopf opens handlers only then)."""
@@ -249,6 +268,7 @@ class ShellState:
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
             self.pods_of_job[(key[0], job)].add(key[1])
+            self._changed_job((key[0], job))
             if (key[0], job) in self.assumed:
                 self.revision += 1  # what its assumption still holds changed: snapshot stale
             self._settle_assumed((key[0], job))
@@ -265,6 +285,7 @@ class ShellState:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
+            self._changed_job((namespace, job))
             if (namespace, job) in self.assumed:
                 self.revision += 1  # its assumption holds this pod's GPUs again
             names = self.pods_of_job.get((namespace, job))
@@ -329,6 +350,7 @@ class ShellState:
         self._seen[("trainingjobs", key)] = self.clock()
         old = self.jobs.get(key)
         self.jobs[key] = _slim_job(body)
+        self._changed_job(key)
         if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
             self.touch()
 
@@ -340,6 +362,8 @@ class ShellState:
         self.failures.pop(key, None)
         self.rejected.pop(key, None)
         self.assumed.pop(key, None)
+        self.intakes.pop(key, None)
+        self._job_versions.pop(key, None)
         self._drop_inflight(key)
         self.touch()
 
@@ -351,6 +375,7 @@ class ShellState:
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
         self.written[key] = _slim_job(body)
+        self._changed_job(key)
 
     def job(self, key: Key) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
@@ -374,38 +399,38 @@ class ShellState:
         old = self.queues.get(name)
         self.queues[name] = copy.deepcopy(dict(body))
         if old is None or old.get("spec") != body.get("spec"):
-            self.touch()
+            self._changed_inputs()
 
     def remove_queue(self, name: str) -> None:
         if self.queues.pop(name, None) is not None:
             self.queue_status.pop(name, None)
-            self.touch()
+            self._changed_inputs()
 
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
         if self.namespaces.get(name) != dict(labels):
             self.namespaces[name] = dict(labels)
-            self.touch()
+            self._changed_inputs()
 
     def remove_namespace(self, name: str) -> None:
         if self.namespaces.pop(name, None) is not None:
-            self.touch()
+            self._changed_inputs()
 
     def upsert_priority(self, name: str, value: int) -> None:
         if self.priorities.get(name) != value:
             self.priorities[name] = value
-            self.touch()
+            self._changed_inputs()
 
     def remove_priority(self, name: str) -> None:
         if self.priorities.pop(name, None) is not None:
-            self.touch()
+            self._changed_inputs()
 
     def upsert_fabric(self, profile: FabricProfile) -> None:
         self.fabrics[profile.name] = profile
-        self.touch()
+        self._changed_inputs()
 
     def remove_fabric(self, name: str) -> None:
         if self.fabrics.pop(name, None) is not None:
-            self.touch()
+            self._changed_inputs()
 
     # --- full listings -------------------------------------------------------------------
     def load(self, kind: str, items: Iterable[Mapping[str, Any]]) -> None:
@@ -439,6 +464,7 @@ class ShellState:
     def assume(self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
         """Count a gang's GPUs as used from now on (its pods are about to be created)."""
         self.assumed[key] = Assumed(dict(pods), now + self.assume_ttl)
+        self._changed_job(key)
         self._settle_assumed(key)
         self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
 
@@ -454,6 +480,7 @@ class ShellState:
             job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
             if job:
                 self._inflight_of[(key[0], job)].add(key[1])
+                self._changed_job((key[0], job))
             self.revision += 1  # counted from now on: the cached snapshot is stale
 
     def _pop_inflight(self, pod_key: Key) -> None:
@@ -462,6 +489,8 @@ class ShellState:
         if pod is not None:
             self.revision += 1  # no longer counted as created: the cached snapshot is stale
         job = ((pod or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_JOB_NAME)
+        if job:
+            self._changed_job((pod_key[0], job))
         names = self._inflight_of.get((pod_key[0], job or ""))
         if names is not None:
             names.discard(pod_key[1])
@@ -476,6 +505,7 @@ class ShellState:
         """Drop an assumption (the create failed, or the job went away): GPUs free again."""
         self._drop_inflight(key)
         if self.assumed.pop(key, None) is not None:
+            self._changed_job(key)
             self.touch()
 
     def _drop_inflight(self, key: Key) -> None:
@@ -489,6 +519,7 @@ class ShellState:
         stale = [k for k, a in self.assumed.items() if a.expires <= now]
         for key in stale:
             if self.assumed.pop(key, None) is not None:
+                self._changed_job(key)
                 self.touch()
         for pod_key in [k for k, t in self._inflight_at.items() if t + self.inflight_ttl <= now]:
             self._pop_inflight(pod_key)
@@ -499,6 +530,7 @@ class ShellState:
         assumed = self.assumed.get(key)
         if assumed is not None and not assumed.pending(self.pods_of_job.get(key, ())):
             del self.assumed[key]  # every pod is visible: the pod cache counts them now
+            self._changed_job(key)
 
     def assumed_holding(self, key: Key) -> tuple[tuple[str, int], ...]:
         """GPUs per node an assumed gang holds (for admission: the job counts as admitted)."""

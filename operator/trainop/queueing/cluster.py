@@ -43,6 +43,9 @@ class PassResult:
     queue_errors: tuple[str, ...] = ()
     jobs: Mapping[str, QueuedJob] = field(default_factory=dict)
     broken: Mapping[str, QueueConfigError] = field(default_factory=dict)  # queue -> error
+    # Every body's intake this pass (None: out of line), for the caller to keep and hand
+    # back as `known` while the job does not change.
+    intakes: Mapping[str, QueuedJob | None] = field(default_factory=dict)
 
 
 def load_queues(
@@ -270,14 +273,22 @@ def decide(
     snapshot: Snapshot,
     config: OperatorConfig,
     assumed: Mapping[str, tuple[tuple[str, int], ...]],
+    known: Mapping[str, QueuedJob | None] | None = None,
 ) -> PassResult:
+    """One admission cycle over `bodies`. `known`: intakes the caller kept from an earlier
+    pass for jobs that did not change since (their pods and assumptions need not be given)."""
     jobs: list[QueuedJob] = []
     by_key: dict[str, Mapping[str, Any]] = {}
+    intakes: dict[str, QueuedJob | None] = {}
+    known = known or {}
     for body in bodies:
         key = job_key(body)
-        job = intake(
-            body, pods_by_job.get(key, ()), inputs, snapshot, config, now, assumed.get(key, ())
-        )
+        if key in known:
+            job = known[key]
+        else:
+            pods = pods_by_job.get(key, ())
+            job = intake(body, pods, inputs, snapshot, config, now, assumed.get(key, ()))
+        intakes[key] = job
         if job is not None:
             jobs.append(job)
             by_key[key] = body
@@ -293,7 +304,7 @@ def decide(
     )
     queue_of = {j.key: j.queue for j in jobs}
     return PassResult(
-        decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken
+        decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken, intakes
     )
 
 
