@@ -189,48 +189,58 @@ class YamlLimits:
 DEFAULT_LIMITS = YamlLimits()
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
+class _Measure:
+    """Walks a composed document once: counts its nodes as written and, per collection, the
+    nodes it holds once every alias is expanded (memoized: a shared node is walked once, so a
+    bomb costs what its text costs). Recursion stops at `max_depth`, counted with aliases
+    expanded; an alias to its own ancestor (infinite expansion) is refused."""
 
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.written = 0
+        self._sized: dict[int, tuple[int, int]] = {}  # id(collection) -> (expanded, height)
+        self._open: set[int] = set()  # collections on the current path
 
-def _measure(root: yaml.Node) -> tuple[int, int, int]:
-    """(nodes as written, nodes once every alias is expanded, depth) of a composed document, in
-    time linear in the nodes as written (each shared node is sized once). Raises
-    YamlInputError on an alias that refers to its own ancestor (infinite expansion)."""
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
-    open_: set[int] = set()  # on the current path: reaching one again is a cycle
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, closing = stack.pop()
+    def _too_deep(self) -> YamlInputError:
+        return YamlInputError(f"nested more than {self.max_depth} levels deep, over the limit")
+
+    def visit(self, node: yaml.Node, level: int = 1) -> tuple[int, int]:
+        """(expanded nodes, height) of `node`, found at nesting `level`."""
+        if level > self.max_depth:
+            raise self._too_deep()
+        value = node.value
+        if isinstance(value, str):  # a scalar
+            self.written += 1
+            return 1, 1
         key = id(node)
-        kids = _children(node)
-        if closing:
-            open_.discard(key)
-            size[key] = 1 + sum(size[id(k)] for k in kids)
-            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
-        elif key in open_:
+        sized = self._sized.get(key)
+        if sized is not None:  # an alias to a collection already walked
+            if level + sized[1] - 1 > self.max_depth:
+                raise self._too_deep()
+            return sized
+        if key in self._open:
             raise YamlInputError("an alias refers to its own ancestor (infinite expansion)")
-        elif key not in size:
-            open_.add(key)
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in size)
-    return len(size), size[id(root)], depth[id(root)]
+        self._open.add(key)
+        self.written += 1
+        size, height = 1, 0
+        kids = value if isinstance(node, yaml.SequenceNode) else [n for kv in value for n in kv]
+        for kid in kids:
+            kid_size, kid_height = self.visit(kid, level + 1)
+            size += kid_size
+            height = max(height, kid_height)
+        self._open.discard(key)
+        self._sized[key] = (size, height + 1)
+        return size, height + 1
 
 
 def _check_document(node: yaml.Node, limits: YamlLimits) -> None:
-    written, expanded, depth = _measure(node)
-    if expanded - written > limits.max_alias_nodes:
+    measure = _Measure(limits.max_depth)
+    expanded, _ = measure.visit(node)
+    if expanded - measure.written > limits.max_alias_nodes:
         raise YamlInputError(
-            f"aliases expand it by {expanded - written:,} nodes, over the limit of "
+            f"aliases expand it by {expanded - measure.written:,} nodes, over the limit of "
             f"{limits.max_alias_nodes:,} (an alias bomb?); write the values out instead"
         )
-    if depth > limits.max_depth:
-        raise YamlInputError(f"nested {depth} levels deep, over the limit of {limits.max_depth}")
 
 
 def _check_size(text: str, limits: YamlLimits) -> None:

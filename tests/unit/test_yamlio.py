@@ -310,8 +310,14 @@ def test_alias_bomb_in_a_later_document_names_it() -> None:
         pytest.param(
             "a: [[[[1]]]]\n",
             YamlLimits(max_depth=4),
-            "nested 6 levels deep, over the limit of 4",
+            "nested more than 4 levels deep, over the limit",
             id="depth",
+        ),
+        pytest.param(
+            "a: &x [[[1]]]\nb: [[[*x]]]\n",
+            YamlLimits(max_depth=6),
+            "nested more than 6 levels deep",
+            id="depth-through-an-alias",
         ),
         pytest.param(
             alias_bomb(3, 3), YamlLimits(max_alias_nodes=20), "aliases expand it by", id="aliases"
