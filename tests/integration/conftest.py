@@ -191,8 +191,18 @@ class OperatorProcess:
 def crds_installed(kube: Kube) -> None:
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
     for crd in ("trainingjobs", "trainingqueues", "fabricprofiles"):
-        kube.run(
-            "wait", "--for", "condition=established", f"crd/{crd}.trainop.dev", "--timeout=30s"
+        # Polled, not `kubectl wait`: that fails at once ("accessor error") while a new CRD's
+        # status.conditions is still null, a window a cold API server can leave open.
+        kube.wait_for(
+            f"CRD {crd}.trainop.dev Established",
+            lambda crd=crd: any(
+                c.get("type") == "Established" and c.get("status") == "True"
+                for c in (kube.get("crd", f"{crd}.trainop.dev").get("status") or {}).get(
+                    "conditions"
+                )
+                or []
+            ),
+            timeout=30,
         )
 
 

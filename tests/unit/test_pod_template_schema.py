@@ -12,14 +12,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.builders import job
+from tests.builders import NOW, fleet_snapshot, job
 from tests.unit.manifest_helpers import EXAMPLES, FLEET_NODES
 from trainop.api import podtemplate
 from trainop.api.crdgen import all_crds
 from trainop.api.templatecheck import Problem, template_problems
 from trainop.cli.main import cli
 from trainop.cluster.binaries import KUBERNETES_VERSION
-from trainop.planner import InvalidJob, check_semantics, parse_spec
+from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
+from trainop.reconcile import reconcile
 from trainop.yamlio import dump_yaml_all
 
 SCHEMA = podtemplate.structural_schema()
@@ -325,6 +326,18 @@ def test_check_semantics_names_the_field_from_the_job() -> None:
         check_semantics(parse_spec(body.build()))
     assert exc.value.field == "spec.replicaSpecs.Worker.template.spec.containers[0].comand"
     assert exc.value.detail == 'unknown field; did you mean "command"?'
+
+
+def test_operator_marks_the_job_invalid_and_creates_nothing() -> None:
+    body = job("bert").workers(2, 8, {"spec": {"containers": [{"name": "t", "comand": ["x"]}]}})
+    acts = reconcile(body.build(), [], fleet_snapshot, OperatorConfig(), NOW)
+    assert acts.status["phase"] == "Invalid"
+    invalid = next(x for x in acts.status["conditions"] if x["type"] == "Invalid")
+    assert invalid["message"] == (
+        "spec.replicaSpecs.Worker.template.spec.containers[0].comand: unknown field; "
+        'did you mean "command"?'
+    )
+    assert not acts.create
 
 
 def test_render_exits_2_naming_the_misspelt_field(tmp_path: Path) -> None:
