@@ -3,7 +3,10 @@ conversion (what the TrainingJob CRD embeds), the template validator, and render
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,31 @@ def test_vendored_file_records_source_and_version() -> None:
     assert "io.k8s.api.core.v1.Container" in data["schemas"]
     # Byte-identical to what `trainop generate pod-schema` writes from the same content.
     assert podtemplate.VENDORED.read_text() == podtemplate.dump_vendored(data)
+
+
+def _upstream_document() -> Path | None:
+    """The upstream OpenAPI file in the local Go module cache, when `trainop cluster build`
+    (or `go mod download`) has put k8s.io/kubernetes there; else None."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    cache = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True).stdout
+    path = (
+        Path(cache.strip()) / f"k8s.io/kubernetes@{KUBERNETES_VERSION}" / podtemplate.UPSTREAM_PATH
+    )
+    return path if cache.strip() and path.is_file() else None
+
+
+def test_vendored_file_is_what_the_upstream_module_holds() -> None:
+    """`trainop generate pod-schema` would write the same bytes (offline: the module cache)."""
+    upstream = _upstream_document()
+    if upstream is None:
+        pytest.skip(f"k8s.io/kubernetes@{KUBERNETES_VERSION} is not in the Go module cache")
+    source = f"k8s.io/kubernetes@{KUBERNETES_VERSION} {podtemplate.UPSTREAM_PATH}"
+    content = podtemplate.extract(json.loads(upstream.read_text()), KUBERNETES_VERSION, source)
+    assert podtemplate.dump_vendored(content) == podtemplate.VENDORED.read_text(), (
+        "run `trainop generate pod-schema` then `make generate`"
+    )
 
 
 def _doc(**schemas: Any) -> dict[str, Any]:
@@ -76,6 +104,44 @@ def test_extract_takes_the_closure_of_the_root_only() -> None:
 def test_extract_refuses_a_document_without_the_types(doc: dict[str, Any], says: str) -> None:
     with pytest.raises(podtemplate.SchemaSourceError, match=says):
         podtemplate.extract(doc, "v0", "test")
+
+
+@pytest.mark.parametrize(
+    ("doc", "exit_code", "says"),
+    [
+        pytest.param(
+            _doc(
+                **{
+                    podtemplate.ROOT: {"type": "object", "properties": {"s": _ref("S")}},
+                    "S": {"type": "string"},
+                }
+            ),
+            0,
+            "wrote ",
+            id="refreshed",
+        ),
+        pytest.param(_doc(), 1, "no components.schemas", id="not-core-v1"),
+        pytest.param(
+            _doc(**{podtemplate.ROOT: {"oneOf": [{"type": "boolean"}, {"type": "string"}]}}),
+            1,
+            "cannot express oneOf",
+            id="not-structural",
+        ),
+    ],
+)
+def test_generate_pod_schema_from_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, doc: dict[str, Any], exit_code: int, says: str
+) -> None:
+    source = tmp_path / "openapi.json"
+    source.write_text(json.dumps(doc))
+    target = tmp_path / "vendored.json"
+    monkeypatch.setattr(podtemplate, "VENDORED", target)
+    result = CliRunner().invoke(cli, ["generate", "pod-schema", "--openapi", str(source)])
+    assert result.exit_code == exit_code, result.output
+    assert says in result.output
+    assert target.exists() is (exit_code == 0)
+    if exit_code == 0:
+        assert json.loads(target.read_text())["source"] == str(source)
 
 
 def test_convert_refuses_a_recursive_type() -> None:
