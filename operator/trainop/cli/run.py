@@ -121,6 +121,12 @@ def run(
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
     import dataclasses
 
+    if kubeconfig:
+        # Before kubernetes is imported (trainop.kube imports it): kubernetes.config reads
+        # KUBECONFIG once, at import, and kopf's login (load_kube_config() without a path)
+        # uses that value.
+        os.environ["KUBECONFIG"] = kubeconfig
+
     from trainop.kube.lease import timing_error
 
     if leader_elect:
@@ -131,11 +137,6 @@ def run(
                 param_hint="'--lease-duration-seconds' / '--renew-deadline-seconds' / "
                 "'--retry-period-seconds'",
             )
-
-    if kubeconfig:
-        # Before kubernetes is imported: kubernetes.config reads KUBECONFIG once, at import,
-        # and kopf's login (load_kube_config() without a path) uses that value.
-        os.environ["KUBECONFIG"] = kubeconfig
 
     import kopf
     from prometheus_client import start_http_server
