@@ -104,7 +104,18 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize(
     ("args", "exit_code", "says"),
     [
-        pytest.param(["nope", "r.io/a:1"], 2, "Invalid value for 'IMAGE'", id="unknown-image"),
+        pytest.param(
+            ["nope", "r.io/a:1"],
+            1,
+            "IMAGE 'nope' is neither an image of `trainop images list` (pause, ",
+            id="unknown-image",
+        ),
+        pytest.param(
+            [__file__, "r.io/a:1"],
+            1,
+            f"IMAGE '{__file__}': {__file__} has no readable index.json",
+            id="not-an-oci-archive",
+        ),
         pytest.param(["operator"], 2, "Missing argument 'REGISTRY/REPO:TAG'", id="no-dest"),
         pytest.param(["operator", "r.io/a"], 1, "is not REGISTRY/REPO:TAG", id="no-tag"),
         pytest.param(["operator", "me/a:1"], 1, "names no registry host", id="no-host"),

@@ -65,7 +65,7 @@ def build(names: tuple[str, ...], cluster: str, jobs: int) -> None:
 
 
 @images.command("push")
-@click.argument("name", metavar="IMAGE", type=click.Choice(img.ALL_IMAGES))
+@click.argument("image", metavar="IMAGE")
 @click.argument("dest", metavar="REGISTRY/REPO:TAG")
 @click.option(
     "--docker-config",
@@ -79,17 +79,18 @@ def build(names: tuple[str, ...], cluster: str, jobs: int) -> None:
     is_flag=True,
     help="Plain HTTP (or TLS without verification): a local registry, never a shared one.",
 )
-def push(name: str, dest: str, docker_config: Path | None, insecure: bool) -> None:
-    """Push the built image IMAGE to an OCI registry with go-containerregistry's crane
-    (built once from the Go module proxy), over TLS unless --insecure. Prints REPO@DIGEST."""
+def push(image: str, dest: str, docker_config: Path | None, insecure: bool) -> None:
+    """Push IMAGE (a built image of `trainop images list`, or an OCI image archive file) to an
+    OCI registry with go-containerregistry's crane (built once from the Go module proxy),
+    over TLS unless --insecure. Prints REPO@DIGEST."""
     try:
         img.check_destination(dest)
         if docker_config is not None and not docker_config.is_file():
             raise img.ImageError(f"--docker-config {docker_config}: no such file (or not a file)")
-        img.built_archive(name)  # before building crane: say what is missing first
+        archive = img.image_archive(image)  # before building crane: say what is missing first
         crane = binaries.resolve_binaries(components=(binaries.CRANE,), progress=_say)["crane"]
         pushed = img.push_image(
-            name, dest, crane=crane, docker_config=docker_config, insecure=insecure, say=_say
+            archive, dest, crane=crane, docker_config=docker_config, insecure=insecure, say=_say
         )
     except (img.ImageError, binaries.BuildError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -513,8 +513,27 @@ def crane_push_command(crane: Path, layout: Path, dest: str, insecure: bool) -> 
     return [str(crane), "push", *(["--insecure"] if insecure else []), str(layout), dest]
 
 
+def image_archive(image: str) -> Path:
+    """The OCI image archive `image` names: a built image of ALL_IMAGES, or an archive file
+    (what `build_image` returns: the fixed bytes of one build, even if the tree moves on)."""
+    if image in ALL_IMAGES:
+        archive = built_archive(image)
+    elif Path(image).is_file():
+        archive = Path(image)
+    else:
+        raise ImageError(
+            f"IMAGE {image!r} is neither an image of `trainop images list` "
+            f"({', '.join(ALL_IMAGES)}) nor an OCI image archive file"
+        )
+    try:
+        oci.manifest_digest(archive)
+    except oci.LayoutError as exc:
+        raise ImageError(f"IMAGE {image!r}: {exc}") from exc
+    return archive
+
+
 def push_image(
-    name: str,
+    archive: Path,
     dest: str,
     *,
     crane: Path,
@@ -522,19 +541,19 @@ def push_image(
     insecure: bool,
     say: Say,
 ) -> str:
-    """Push the built image `name` to `dest` (REGISTRY/REPO:TAG); return `REPO@DIGEST`."""
+    """Push the image of an OCI image archive to `dest` (REGISTRY/REPO:TAG); return
+    `REPO@DIGEST`, the digest being the archive's manifest digest."""
     check_destination(dest)
-    archive = built_archive(name)
     env = dict(os.environ)
-    with tempfile.TemporaryDirectory(prefix=f"trainop-push-{name}-", dir=cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="trainop-push-", dir=archive.parent) as tmp:
         work = Path(tmp)
         if docker_config is not None:
             env["DOCKER_CONFIG"] = str(docker_config_dir(docker_config, work))
         try:
             digest = oci.unpack_layout(archive, work / "layout")
         except oci.LayoutError as exc:
-            raise ImageError(f"image {name}: {exc}") from exc
-        say(f"pushing {name} ({digest[:19]}) to {dest}")
+            raise ImageError(str(exc)) from exc
+        say(f"pushing {archive.name} ({digest[:19]}) to {dest}")
         cmd = crane_push_command(crane, work / "layout", dest, insecure)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
