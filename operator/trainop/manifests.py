@@ -13,6 +13,7 @@ from trainop.api import constants as c
 
 TRAINER_CONTAINER = "trainer"
 SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
 CONFIG_VOLUME = "trainop-config"
 SSH_VOLUME = "trainop-ssh"
 # The job's SSH keypair (id_ed25519, id_ed25519.pub, authorized_keys); images copy it to
@@ -97,6 +98,15 @@ def _merge_env(
         )
     out.extend(dict(e) for e in user if isinstance(e, Mapping) and e.get("name") in user_by_name)
     return out
+
+
+def _own_shm(mounts: Sequence[Mapping[str, Any]], volumes: Sequence[Mapping[str, Any]]) -> bool:
+    """The user brings their own /dev/shm (a volume named dshm, or a trainer mount there, as
+    many PyTorch examples do): theirs wins, and trainop adds none (two would be a duplicate
+    volume name or mount path, which the API server refuses with 422)."""
+    return any(isinstance(m, Mapping) and m.get("mountPath") == SHM_PATH for m in mounts) or any(
+        isinstance(v, Mapping) and v.get("name") == SHM_VOLUME for v in volumes
+    )
 
 
 def _merge_resources(container: dict[str, Any], extra: Mapping[str, int]) -> None:
@@ -199,8 +209,8 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
         caps["add"] = sorted({*caps.get("add", []), *plan.capabilities})
     mounts = list(main.get("volumeMounts") or [])
     volumes = list(spec.get("volumes") or [])
-    if plan.shm_size:
-        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if plan.shm_size and not _own_shm(mounts, volumes):
+        mounts.append({"name": SHM_VOLUME, "mountPath": SHM_PATH})
         volumes.append(
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}
         )

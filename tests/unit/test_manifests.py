@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from tests.unit.manifest_helpers import env_of, pinned_node, walk
 from trainop.api import constants as c
 from trainop.manifests import (
@@ -147,6 +149,31 @@ def test_rdma_capabilities_and_shm() -> None:
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["spec"][
         "volumes"
     ]
+
+
+OWN_SHM = [
+    pytest.param(
+        [{"name": "dshm", "emptyDir": {"medium": "Memory"}}], [], "dshm", id="volume-named-dshm"
+    ),
+    pytest.param(
+        [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        [{"name": "shm", "mountPath": "/dev/shm"}],
+        "shm",
+        id="mount-at-dev-shm",
+    ),
+]
+
+
+@pytest.mark.parametrize(("volumes", "mounts", "kept"), OWN_SHM)
+def test_the_users_own_dev_shm_wins(
+    volumes: list[dict[str, Any]], mounts: list[dict[str, Any]], kept: str
+) -> None:
+    """The API server refused the pod with a duplicate volume name or mount path (422)."""
+    template = {"spec": {"volumes": volumes, "containers": [{"name": "t", "volumeMounts": mounts}]}}
+    pod = build_pod(JOB, plan(shm_size="16Gi"), template, gang_generation=0)
+    assert pod["spec"]["volumes"] == volumes
+    assert pod["spec"]["containers"][0].get("volumeMounts", []) == mounts
+    assert [v["name"] for v in pod["spec"]["volumes"]] == [kept]
 
 
 def test_user_capabilities_are_kept() -> None:
