@@ -226,8 +226,9 @@ def test_semantic_error_sets_invalid_and_creates_no_pods(kube: Kube, namespace: 
 def test_pods_the_apiserver_refuses_make_the_job_invalid_with_nothing_left(
     kube: Kube, namespace: str
 ) -> None:
-    """A template the CRD lets through (it is opaque there) but the Pod API refuses: the
-    error reaches the job's status and Events, no pod is left, and it is not retried."""
+    """A template the CRD lets through (its schema has no pattern for a container name) but
+    the Pod API refuses: the error reaches the job's status and Events, no pod is left, and
+    it is not retried."""
     job = _job(namespace, "refused")
     job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "Not_A_DNS"
     kube.apply(job)
