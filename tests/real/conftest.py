@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Kube, repo_root
-from tests.real.helm_operator import HelmOperator
+from tests.real.helm_operator import OPERATOR_REPOSITORY, HelmOperator
+from tests.real.registry import LocalRegistry
 from tests.real.scenarios import Target
 from trainop.cluster import images
 from trainop.cluster.local import LocalCluster
@@ -61,15 +62,33 @@ def real_kube(real_cluster: LocalCluster) -> Kube:
 
 
 @pytest.fixture(scope="session")
-def real_operator(
-    real_cluster: LocalCluster, real_kube: Kube, tmp_path_factory: pytest.TempPathFactory
-) -> HelmOperator:
+def local_registry(
+    real_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalRegistry]:
+    """A private plain-HTTP registry on loopback that the real nodes' containerd pulls from."""
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    registry.start()
     rn = real_cluster.real_nodes()
-    archive = images.build_image("operator", print)
     for node in rn.existing():
-        rn.import_image(node, archive, images.image_ref("operator"))
+        rn.trust_plain_http_registry(node, registry.address)
+    try:
+        yield registry
+    finally:
+        registry.stop()
+
+
+@pytest.fixture(scope="session")
+def real_operator(
+    real_cluster: LocalCluster,
+    real_kube: Kube,
+    local_registry: LocalRegistry,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> HelmOperator:
+    """The operator as on a cluster: its image pushed to a registry, pulled by the kubelet."""
+    # The archive itself, not the name: the image's key moves with every edit of trainop.
+    ref = local_registry.push(images.build_image("operator", print), OPERATOR_REPOSITORY)
     op = HelmOperator(real_cluster, real_kube, tmp_path_factory.mktemp("helm"))
-    op.install(images.image_ref("operator"))
+    op.install(ref, pull_policy="IfNotPresent", pull_secret=local_registry.docker_config_json())
     return op
 
 

@@ -1,9 +1,11 @@
-"""The operator as users install it: `helm install charts/trainop` from the local operator
-image, in a namespace that enforces the restricted Pod Security Standard. Shared by the
-real-node tier (tests/real) and the kind e2e tier (tests/e2e)."""
+"""The operator as users install it: `helm install charts/trainop` from the operator image
+(pulled from a registry on real nodes, loaded into the node on kind), in a namespace that
+enforces the restricted Pod Security Standard. Shared by the real-node tier (tests/real) and
+the kind e2e tier (tests/e2e)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ from trainop.cluster.local import LocalCluster
 
 OPERATOR_NS = "trainop-system"
 RELEASE = "trainop"
+OPERATOR_REPOSITORY = "trainop/operator"  # in the tier's local registry
+PULL_SECRET = "trainop-registry"
 
 
 class HelmOperator:
@@ -26,17 +30,30 @@ class HelmOperator:
         self.helm = Helm(kube, home)
         self.cluster = cluster
 
-    def install(self, image_ref: str, *, no_kube_proxy: bool = True) -> None:
+    def install(
+        self,
+        image_ref: str,
+        *,
+        no_kube_proxy: bool = True,
+        pull_policy: str = "Never",
+        pull_secret: dict[str, Any] | None = None,
+    ) -> None:
         """`no_kube_proxy`: point the operator at the apiserver's own address (real
-        nodes); kind has kube-proxy, so the in-cluster default works there."""
+        nodes); kind has kube-proxy, so the in-cluster default works there. `pull_policy`:
+        Never for an image loaded into the node, IfNotPresent to pull from a registry;
+        `pull_secret`: a docker config with the registry's credentials, given to the chart
+        as an imagePullSecret (https://kubernetes.io/docs/tasks/configure-pod-container/pull-image-private-registry/)."""
         repo, tag = image_ref.rsplit(":", 1)
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}
         ns["metadata"]["labels"] = {"pod-security.kubernetes.io/enforce": "restricted"}
         self.kube.apply(ns)
         values: dict[str, Any] = {
-            "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+            "image": {"repository": repo, "tag": tag, "pullPolicy": pull_policy},
             "operator": {"restartBackoffSeconds": 1},
         }
+        if pull_secret is not None:
+            self.kube.apply(_docker_config_secret(PULL_SECRET, pull_secret))
+            values["imagePullSecrets"] = [{"name": PULL_SECRET}]
         if no_kube_proxy:  # docs/real-nodes.md
             host, port = self.cluster.apiserver_for_pods()
             values["extraEnv"] = [
@@ -70,3 +87,14 @@ class HelmOperator:
         return self.kube.run(
             "logs", "-n", OPERATOR_NS, self.pod()["metadata"]["name"], check=False
         ).stdout[-5000:]
+
+
+def _docker_config_secret(name: str, docker_config: dict[str, Any]) -> dict[str, Any]:
+    data = base64.b64encode(json.dumps(docker_config).encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": OPERATOR_NS},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": data},
+    }

@@ -1,6 +1,8 @@
-"""The Helm-installed operator on a real node: restricted Pod Security Standard, read-only
-root filesystem, its own ServiceAccount, and /metrics scraped by a real Prometheus at the
-endpoints of the chart's Service."""
+"""The Helm-installed operator on a real node, as on a cluster: its image pushed with
+`trainop images push` to a real registry and pulled by the kubelet through containerd;
+restricted Pod Security Standard, read-only root filesystem, its own ServiceAccount, a job
+that trains through it, and /metrics scraped by a real Prometheus at the endpoints of the
+chart's Service."""
 
 from __future__ import annotations
 
@@ -13,9 +15,26 @@ import pytest
 
 from tests.integration.conftest import Kube
 from tests.integration.test_prometheus_scrape import Prometheus
-from tests.real.helm_operator import OPERATOR_NS, HelmOperator
-from tests.real.scenarios import Target, example, phase
-from trainop.cluster import images
+from tests.real.helm_operator import OPERATOR_NS, OPERATOR_REPOSITORY, HelmOperator
+from tests.real.registry import LocalRegistry
+from tests.real.scenarios import DDP_LINE, Target, example, phase, run_ddp
+
+
+def test_operator_image_is_pulled_from_the_registry(
+    real_operator: HelmOperator, local_registry: LocalRegistry
+) -> None:
+    ((ref, pushed),) = local_registry.pushed.items()
+    repository, tag = ref.rsplit(":", 1)
+    assert repository == f"{local_registry.address}/{OPERATOR_REPOSITORY}"
+    (container,) = real_operator.pod()["spec"]["containers"]
+    assert container["image"] == ref
+    # The kubelet pulled it by that name: the image's repo digest is the one the push
+    # printed, the manifest digest of the archive `trainop images build` wrote.
+    (status,) = real_operator.pod()["status"]["containerStatuses"]
+    assert status["imageID"] == pushed
+    assert pushed.split("@sha256:")[1].startswith(tag)
+    # It is private: the push and the pull needed the docker config's credentials.
+    assert local_registry.anonymous_status(f"/v2/{OPERATOR_REPOSITORY}/manifests/{tag}") == 401
 
 
 def test_operator_pod_runs_on_a_real_node_under_restricted_pss(
@@ -28,10 +47,14 @@ def test_operator_pod_runs_on_a_real_node_under_restricted_pss(
     ns = real_kube.get("namespace", OPERATOR_NS)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == images.image_ref("operator")
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["spec"]["serviceAccountName"] not in ("", "default")
     assert all(s["ready"] for s in pod["status"]["containerStatuses"])
+
+
+def test_a_job_trains_through_the_pulled_operator(target: Target, namespace: str) -> None:
+    log = run_ddp(target, namespace)
+    assert DDP_LINE.search(log), log[-3000:]
 
 
 def test_prometheus_scrapes_the_operator_through_the_chart_service(
