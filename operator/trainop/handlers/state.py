@@ -34,7 +34,7 @@ from typing import Any
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
-from trainop.inventory.pods import BY_NAME, is_gated
+from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -175,6 +175,14 @@ class ShellState:
     _snapshot_revision: int = -1
     node_revision: int = 0  # bumped when a node is added, changed or removed
     _snapshot_nodes: int = -1
+    # Usage kept as it changes, so the next snapshot is derived from the last one by the
+    # nodes that moved (Snapshot.with_usage), never rebuilt from every pod: GPUs of the
+    # pods seen per (BY_NAME | BY_HOSTNAME, value), the values that moved since the last
+    # snapshot, and the assumed / in-flight GPUs per node that snapshot counted.
+    _seen_used: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    _dirty: set[tuple[str, str]] = field(default_factory=set)
+    _pending_prev: dict[str, int] = field(default_factory=dict)
+    _seen_total: int = 0  # sum of _seen_used
     _fleet: Snapshot | None = None
     _fleet_revision: int = -1
     # When each pod, node and job was last upserted (monotonic): `prune` drops the ones a
@@ -302,6 +310,9 @@ class ShellState:
     ) -> None:
         """Keep pod_gpus and its index by node (name or hostname) in step."""
         if old is not None:
+            self._seen_used[(old[0], old[1])] -= old[2]
+            self._seen_total -= old[2]
+            self._dirty.add((old[0], old[1]))
             on = self._pods_on.get(old[1])
             if on is not None:
                 on.discard(key)
@@ -312,6 +323,9 @@ class ShellState:
         else:
             self.pod_gpus[key] = new
             self._pods_on[new[1]].add(key)
+            self._seen_used[(new[0], new[1])] += new[2]
+            self._seen_total += new[2]
+            self._dirty.add((new[0], new[1]))
 
     @staticmethod
     def holding(pod: Mapping[str, Any]) -> tuple[str, str, int] | None:
@@ -549,12 +563,10 @@ class ShellState:
         return node if node in self.nodes else None
 
     # --- snapshot --------------------------------------------------------------------------
-    def used_by_node(self) -> dict[str, int]:
+    def _pending_by_node(self) -> dict[str, int]:
+        """GPUs per node of assumed gangs' pods not yet seen, and of pods we created that
+        the watch has not shown (and no assumption counts): small, so kept from scratch."""
         used: dict[str, int] = defaultdict(int)
-        for kind, value, gpus in self.pod_gpus.values():
-            node = self._node_of(kind, value)
-            if node is not None:
-                used[node] += gpus
         counted: set[Key] = set()
         for key, assumed in self.assumed.items():
             pending = assumed.pending(self.pods_of_job.get(key, ()))
@@ -571,34 +583,64 @@ class ShellState:
                     used[node] += held[2]
         return used
 
+    def _seen_on(self, node: str) -> int:
+        """GPUs of the seen pods bound or pinned to `node` (by name or by its hostname)."""
+        used = self._seen_used.get((BY_NAME, node), 0)
+        hostname = self._hostname_of.get(node)
+        if hostname is not None:
+            used += self._seen_used.get((BY_HOSTNAME, hostname), 0)
+        return used
+
+    def used_by_node(self) -> dict[str, int]:
+        used: dict[str, int] = defaultdict(int)
+        for (kind, value), gpus in self._seen_used.items():
+            node = self._node_of(kind, value)
+            if node is not None and gpus:
+                used[node] += gpus
+        for node, gpus in self._pending_by_node().items():
+            used[node] += gpus
+        return used
+
     def gpu_usage(self) -> tuple[int, int]:
         """(GPUs admission counts as used, of which assumed or created but not yet seen):
-        the first is what the live pods it sees hold plus the second. A second figure that
+        the first is what the live pods it sees hold (on any node) plus the second. A second figure that
         stays above 0 is a leaked assumption (exported as trainop_assumed_gpus)."""
-        counted = sum(self.used_by_node().values())
-        seen = 0
-        for kind, value, gpus in self.pod_gpus.values():
-            if self._node_of(kind, value) is not None:
-                seen += gpus
-        return counted, counted - seen
+        pending = sum(self._pending_by_node().values())
+        return self._seen_total + pending, pending
 
     def snapshot(self) -> Snapshot:
-        """The fleet as placement sees it now; rebuilt only when the revision moved."""
+        """The fleet as placement sees it now; only when the revision moved is a new one
+        made, derived from the last by the nodes whose usage changed (a full rebuild only
+        when a node was added, changed or removed)."""
         if self._snapshot is not None and self._snapshot_revision == self.revision:
             return self._snapshot
-        used = self.used_by_node()
-        infos = []
-        for name, info in self.nodes.items():
-            n = used.get(name, 0)
-            if n != info.gpus_used:
-                info = replace(info, gpus_used=n, gpus_free=max(0, info.gpus_allocatable - n))
-            infos.append(info)
-        snapshot = Snapshot(nodes=tuple(infos), levels=self.levels)
-        if self._snapshot is not None and self._snapshot_nodes == self.node_revision:
-            snapshot.inherit_static(self._snapshot)  # same nodes, other usage
+        pending = self._pending_by_node()
+        if self._snapshot is None or self._snapshot_nodes != self.node_revision:
+            snapshot = self._rebuilt(pending)
+        else:
+            moved = {self._node_of(kind, value) for kind, value in self._dirty}
+            moved.update(pending, self._pending_prev)
+            snapshot = self._snapshot.with_usage(
+                {
+                    n: self._seen_on(n) + pending.get(n, 0)
+                    for n in moved
+                    if n is not None and n in self.nodes
+                }
+            )
+        self._dirty.clear()
+        self._pending_prev = pending
         self._snapshot, self._snapshot_revision = snapshot, self.revision
         self._snapshot_nodes = self.node_revision
         return snapshot
+
+    def _rebuilt(self, pending: Mapping[str, int]) -> Snapshot:
+        infos = []
+        for name, info in self.nodes.items():
+            n = self._seen_on(name) + pending.get(name, 0)
+            if n != info.gpus_used:
+                info = replace(info, gpus_used=n, gpus_free=max(0, info.gpus_allocatable - n))
+            infos.append(info)
+        return Snapshot(nodes=tuple(infos), levels=self.levels)
 
     def fleet(self) -> Snapshot:
         """The nodes as they are, their GPU use NOT counted: what a running gang's checks

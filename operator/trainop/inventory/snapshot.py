@@ -123,6 +123,17 @@ class Snapshot:
         init=False, repr=False, compare=False
     )
     _memo: dict[Any, Any] = field(init=False, repr=False, compare=False)
+    # Node name -> position in `nodes` (shared by every snapshot derived from this one).
+    _pos: dict[str, int] = field(init=False, repr=False, compare=False)
+    # Delta memos (see `delta_memo`): where a derived snapshot finds its parent's values,
+    # and the nodes whose usage changed since.
+    _src: dict[Any, Any] | None = field(init=False, repr=False, compare=False)
+    _changed: frozenset[str] = field(init=False, repr=False, compare=False)
+    _holds_delta: bool = field(init=False, repr=False, compare=False)
+    # Free GPU units on schedulable GPU nodes: their sum, and how many nodes have each free
+    # count (kept through derivations by the changed nodes alone; see free_bound).
+    _free_total: int = field(init=False, repr=False, compare=False)
+    _free_hist: dict[int, int] = field(init=False, repr=False, compare=False)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """A value derived from this (immutable) snapshot alone, computed once per key. Keys
@@ -142,6 +153,46 @@ class Snapshot:
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_domains", {})
         object.__setattr__(self, "_memo", {})
+        object.__setattr__(self, "_pos", {n.name: i for i, n in enumerate(nodes)})
+        object.__setattr__(self, "_src", None)
+        object.__setattr__(self, "_changed", frozenset())
+        object.__setattr__(self, "_holds_delta", False)
+        hist: dict[int, int] = defaultdict(int)
+        for n in nodes:
+            if _counted(n):
+                hist[n.gpus_free] += 1
+        object.__setattr__(self, "_free_hist", dict(hist))
+        object.__setattr__(self, "_free_total", sum(f * c for f, c in hist.items()))
+
+    def free_bound(self) -> tuple[int, int]:
+        """(free GPU units on all schedulable GPU nodes, the most free on one such node):
+        O(1). A gang needing more than either can be placed nowhere now; the admission
+        cycle asks this before running the planner for a waiting gang."""
+        most = max((f for f, c in self._free_hist.items() if c > 0), default=0)
+        return self._free_total, most
+
+    def memo_view(self) -> Mapping[Any, Any]:
+        """The memo as it is (read only): to ask whether a key was computed."""
+        return self._memo
+
+    def delta_memo(
+        self,
+        key: Any,
+        build: Callable[[], Any],
+        derive: Callable[[Any, frozenset[str]], Any],
+    ) -> Any:
+        """A value kept per snapshot that a derived snapshot (with_reserved, with_released,
+        with_usage) derives from its parent's: `derive(parent_value, changed_node_names)`
+        touches only the nodes whose usage changed, where `build()` would read them all.
+        Keys must start with "delta". What-if chains stay one link deep: a snapshot refers
+        to the memo of the nearest ancestor that holds delta values, never to a snapshot."""
+        found = self._memo.get(key)
+        if found is None:
+            base = self._src.get(key) if self._src is not None else None
+            found = derive(base, self._changed) if base is not None else build()
+            self._memo[key] = found
+            object.__setattr__(self, "_holds_delta", True)
+        return found
 
     def node(self, name: str) -> NodeInfo:
         """The node called `name`; KeyError if the snapshot has none."""
@@ -204,6 +255,18 @@ class Snapshot:
             updated[name] = _with_used(node, node.gpus_used + gpus)
         return self._derived(updated)
 
+    def with_usage(self, used: Mapping[str, int]) -> Snapshot:
+        """A new snapshot in which each named node has exactly `used` GPUs in use (the
+        operator's next view of the same nodes: only the nodes whose use moved are named)."""
+        updated: dict[str, NodeInfo] = {}
+        for name, gpus in used.items():
+            node = self._by_name.get(name)
+            if node is None:
+                raise ValueError(f"cannot set the usage of unknown node {name!r}")
+            if node.gpus_used != gpus:
+                updated[name] = _with_used(node, gpus)
+        return self._derived(updated)
+
     def inherit_static(self, other: Snapshot) -> None:
         """Take `other`'s "static" memo entries: for a snapshot of the same nodes (names,
         labels, taints, allocatable) whose only difference is GPU usage."""
@@ -215,13 +278,39 @@ class Snapshot:
                 self._memo.setdefault(key, value)
 
     def _derived(self, updated: dict[str, NodeInfo]) -> Snapshot:
-        # Same nodes in the same (sorted) order with new usage: skip __post_init__'s sort.
+        """Same nodes in the same (sorted) order, `updated` ones with new usage: the dict
+        and tuple copies are C-level; nothing per node runs in Python but the changes."""
+        by_name = dict(self._by_name)
+        by_name.update(updated)
+        nodes = list(self.nodes)
+        for name, info in updated.items():
+            nodes[self._pos[name]] = info
         out = object.__new__(Snapshot)
-        object.__setattr__(out, "nodes", tuple(updated[n.name] for n in self.nodes))
+        object.__setattr__(out, "nodes", tuple(nodes))
         object.__setattr__(out, "levels", self.levels)
-        object.__setattr__(out, "_by_name", updated)
+        object.__setattr__(out, "_by_name", by_name)
         object.__setattr__(out, "_domains", {})
         object.__setattr__(out, "_memo", {})
+        object.__setattr__(out, "_pos", self._pos)
+        object.__setattr__(out, "_holds_delta", False)
+        hist, total = dict(self._free_hist), self._free_total
+        for name, info in updated.items():
+            old = self._by_name[name]
+            if _counted(old):
+                hist[old.gpus_free] -= 1
+                total -= old.gpus_free
+            if _counted(info):
+                hist[info.gpus_free] = hist.get(info.gpus_free, 0) + 1
+                total += info.gpus_free
+        object.__setattr__(out, "_free_hist", hist)
+        object.__setattr__(out, "_free_total", total)
+        changed = frozenset(updated)
+        if self._holds_delta:
+            object.__setattr__(out, "_src", self._memo)
+            object.__setattr__(out, "_changed", changed)
+        else:
+            object.__setattr__(out, "_src", self._src)
+            object.__setattr__(out, "_changed", self._changed | changed)
         out.inherit_static(self)
         return out
 
@@ -234,6 +323,10 @@ class Snapshot:
                 raise ValueError(f"cannot release GPUs on unknown node {name!r}")
             updated[name] = _with_used(node, max(0, node.gpus_used - gpus))
         return self._derived(updated)
+
+
+def _counted(node: NodeInfo) -> bool:
+    return node.schedulable and node.gpus_allocatable > 0
 
 
 def _totals(reservations: Reservations) -> dict[str, int]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import accumulate
+from typing import Any
 
 from trainop.api.constants import LABEL_GPU_CLIQUE, RESOURCE_GPU
 from trainop.inventory import UNLABELLED, FrozenMap, NodeInfo, Snapshot, TopologyPath
@@ -98,7 +98,7 @@ class _Dom:
     and topology: its free GPUs are the snapshot's, read through `_Tree`). `lo:hi` is the
     domain's range of leaves in depth-first order, so its sums are prefix-sum differences."""
 
-    __slots__ = ("children", "hi", "leaf_only", "lo", "node", "order", "path")
+    __slots__ = ("anc", "children", "hi", "id", "leaf_only", "lo", "node", "order", "path")
 
     def __init__(self, path: TopologyPath, node: NodeInfo | None = None) -> None:
         self.path = path
@@ -106,6 +106,8 @@ class _Dom:
         self.children: list[_Dom] = []
         self.leaf_only = False
         self.lo = self.hi = 0
+        self.id = 0  # index into the per-domain counters of `_Counts`
+        self.anc: tuple[int, ...] = ()  # ids of this domain and every domain above it
         self.order: tuple[TopologyPath, str] = (path, node.name if node else "")
 
 
@@ -134,20 +136,30 @@ class _Skeleton:
             self.by_tier[NODE].append(leaf)
         self.by_tier[CLUSTER].append(self.root)
         self.leaves: list[_Dom] = []
-        self._number(self.root)
+        self.doms: list[_Dom] = []
+        self._number(self.root, ())
         for doms in self.by_tier.values():
             doms.sort(key=lambda d: d.order)
         self.leaf_image = [self.image_of[d.node.name] for d in self.leaves if d.node]
+        self.any_image = any(self.leaf_image)
+        self.leaf_index = {d.node.name: d.lo for d in self.leaves if d.node}
+        self.leaf_names = [d.node.name for d in self.leaves if d.node]
+        self.alloc_total = sum(n.gpus_allocatable for n in nodes)
+        # The largest node: a need above its allocatable can never fit (static).
+        self.biggest = min(nodes, key=lambda n: (-n.gpus_allocatable, n.name)) if nodes else None
         self.products: dict[int, frozenset[str | None]] = {}
 
-    def _number(self, dom: _Dom) -> None:
+    def _number(self, dom: _Dom, above: tuple[int, ...]) -> None:
+        dom.id = len(self.doms)
+        dom.anc = (dom.id, *above)
+        self.doms.append(dom)
         dom.lo = len(self.leaves)
         if dom.node is not None:
             self.leaves.append(dom)
         else:
             dom.children.sort(key=lambda d: d.order)
             for child in dom.children:
-                self._number(child)
+                self._number(child, dom.anc)
             dom.leaf_only = all(c.node is not None for c in dom.children)
         dom.hi = len(self.leaves)
 
@@ -159,39 +171,120 @@ class _Skeleton:
         return found
 
 
-class _Tree:
-    """A snapshot's free GPUs over a skeleton. Per domain, free GPUs, nodes with free GPUs
-    and such nodes holding the image are prefix-sum differences (O(1)); only domains with
-    free GPUs count, as if the others were not there."""
+class _Counts:
+    """Free GPUs per leaf, and per domain its free GPUs, nodes with free GPUs and such nodes
+    holding the image, on one snapshot. Built once per skeleton (O(nodes x depth)); the
+    snapshot a cycle derives next (a gang reserved, a pod ended) derives its counts from
+    these by updating only the changed nodes and the domains above them
+    (`Snapshot.delta_memo`), so a placement never re-reads the whole fleet."""
 
-    def __init__(self, skeleton: _Skeleton, snapshot: Snapshot) -> None:
-        self.skeleton = skeleton
+    __slots__ = ("free", "frees", "image", "live", "skeleton")
+
+    def __init__(
+        self,
+        skeleton: _Skeleton,
+        frees: list[int],
+        free: list[int],
+        live: list[int],
+        image: list[int],
+    ) -> None:
+        self.skeleton, self.frees, self.free, self.live, self.image = (
+            skeleton,
+            frees,
+            free,
+            live,
+            image,
+        )
+
+    @classmethod
+    def build(cls, skeleton: _Skeleton, snapshot: Snapshot) -> _Counts:
+        size = len(skeleton.doms)
+        out = cls(skeleton, [0] * len(skeleton.leaves), [0] * size, [0] * size, [0] * size)
+        for i, name in enumerate(skeleton.leaf_names):
+            out._set(i, snapshot.node(name).gpus_free)
+        return out
+
+    def derive(self, snapshot: Snapshot, changed: frozenset[str]) -> _Counts:
+        out = _Counts(
+            self.skeleton, list(self.frees), list(self.free), list(self.live), list(self.image)
+        )
+        index = self.skeleton.leaf_index
+        for name in changed:
+            i = index.get(name)
+            if i is not None:
+                out._set(i, snapshot.node(name).gpus_free)
+        return out
+
+    def _set(self, i: int, new: int) -> None:
+        old = self.frees[i]
+        if new == old:
+            return
+        self.frees[i] = new
+        dlive = (new > 0) - (old > 0)
+        dimage = dlive if self.skeleton.leaf_image[i] else 0
+        for a in self.skeleton.leaves[i].anc:
+            self.free[a] += new - old
+            self.live[a] += dlive
+            self.image[a] += dimage
+
+
+class _Tree:
+    """A snapshot's free GPUs over a skeleton: per-domain sums are O(1) reads of `_Counts`;
+    only domains with free GPUs count, as if the others were not there."""
+
+    def __init__(self, skeleton: _Skeleton, snapshot: Snapshot, key: Any = None) -> None:
+        """`key`: the skeleton's memo key, under which the snapshot keeps the counts (None:
+        a skeleton of this call alone, counted afresh)."""
+        self.skeleton, self.snapshot = skeleton, snapshot
         self.root, self.by_tier, self.image_of = skeleton.root, skeleton.by_tier, skeleton.image_of
-        self.nodes = [snapshot.node(d.node.name) for d in skeleton.leaves if d.node]
-        self.frees = [n.gpus_free for n in self.nodes]
-        self._free = [0, *accumulate(self.frees)]
-        self._live = [0, *accumulate(int(f > 0) for f in self.frees)]
-        self._image = [
-            0,
-            *accumulate(
-                int(f > 0 and i) for f, i in zip(self.frees, skeleton.leaf_image, strict=True)
-            ),
-        ]
+        self.counts: _Counts = (
+            snapshot.delta_memo(
+                ("delta", "counts", key),
+                lambda: _Counts.build(skeleton, snapshot),
+                lambda parent, changed: parent.derive(snapshot, changed),
+            )
+            if key is not None
+            else _Counts.build(skeleton, snapshot)
+        )
+        self.frees = self.counts.frees
         self._slots: dict[tuple[int, int], int] = {}
 
     def free(self, dom: _Dom) -> int:
-        return self._free[dom.hi] - self._free[dom.lo]
+        return self.counts.free[dom.id]
 
     def live(self, dom: _Dom) -> int:
         """Nodes with free GPUs in the domain."""
-        return self._live[dom.hi] - self._live[dom.lo]
+        return self.counts.live[dom.id]
 
     def image_nodes(self, dom: _Dom) -> int:
-        return self._image[dom.hi] - self._image[dom.lo]
+        return self.counts.image[dom.id]
 
     def node(self, leaf: _Dom) -> NodeInfo:
         """The snapshot's NodeInfo of a leaf (its current free GPUs)."""
-        return self.nodes[leaf.lo]
+        assert leaf.node is not None
+        return self.snapshot.node(leaf.node.name)
+
+    def freest(self) -> tuple[int, str]:
+        """(most free GPUs on one eligible node, that node): C-level max over the leaves."""
+        if not self.frees:
+            return 0, ""
+        most = max(self.frees)
+        return most, self.skeleton.leaf_names[self.frees.index(most)]
+
+    def best_node_for(self, gpus: int) -> str | None:
+        """The node a one-pod gang of `gpus` GPUs goes to: fewest free GPUs that still fit,
+        then holding the image, then topology path and name (leaf order)."""
+        frees = self.frees
+        fitting = sorted(f for f in set(frees) if f >= gpus)
+        if not fitting:
+            return None
+        best = fitting[0]
+        if self.skeleton.any_image:
+            image = self.skeleton.leaf_image
+            for i, f in enumerate(frees):
+                if f == best and image[i]:
+                    return self.skeleton.leaf_names[i]
+        return self.skeleton.leaf_names[frees.index(best)]
 
     def with_free(self, tier: str) -> list[_Dom]:
         """The tier's domains that have free GPUs, in topology order."""
@@ -400,49 +493,19 @@ def _exclusion_details(excluded: dict[str, list[tuple[str, str]]]) -> list[str]:
     return details
 
 
-class _Eligible:
-    """Which nodes a request may use on one snapshot, and the totals the early NoFit checks
-    read; shared by every request with the same filter key (see GangRequest.filter_key)."""
-
-    def __init__(self, nodes: list[NodeInfo], excluded: dict[str, list[tuple[str, str]]]) -> None:
-        self.nodes, self.excluded = nodes, excluded
-        self.free_total = sum(n.gpus_free for n in nodes)
-        self.alloc_total = sum(n.gpus_allocatable for n in nodes)
-        self._biggest: NodeInfo | None = None
-        self._freest: NodeInfo | None = None
-
-    @property
-    def biggest(self) -> NodeInfo | None:
-        if self._biggest is None and self.nodes:
-            self._biggest = min(
-                self.nodes, key=lambda n: (-n.gpus_allocatable, -n.gpus_free, n.name)
-            )
-        return self._biggest
-
-    @property
-    def freest(self) -> NodeInfo | None:
-        if self._freest is None and self.nodes:
-            self._freest = min(self.nodes, key=lambda n: (-n.gpus_free, n.name))
-        return self._freest
-
-
-def _eligible(snapshot: Snapshot, request: GangRequest) -> _Eligible:
+def _eligible(
+    snapshot: Snapshot, request: GangRequest
+) -> tuple[list[NodeInfo], dict[str, list[tuple[str, str]]]]:
+    """Eligible nodes and the rest by cause. Which nodes are eligible does not depend on
+    free GPUs, so with a filter key it is a "static" memo that the what-if snapshots of a
+    cycle share: read only the nodes' static facts from it (topology, labels, GPUs), the
+    free GPUs from the snapshot or the tree."""
     if request.filter_key is None:
-        return _Eligible(*_eligibility(snapshot, request))
-    key = (request.filter_key, request.gpu_products)
-
-    def which() -> tuple[tuple[str, ...], dict[str, list[tuple[str, str]]]]:
-        nodes, excluded = _eligibility(snapshot, request)
-        return tuple(n.name for n in nodes), excluded
-
-    # Which nodes are eligible does not depend on free GPUs, so it survives the what-if
-    # snapshots admission derives (Snapshot.with_reserved keeps "static" entries).
-    names, excluded = snapshot.memo(("static", "eligible", key), which)
-
-    def totals() -> _Eligible:
-        return _Eligible([snapshot.node(n) for n in names], excluded)
-
-    found: _Eligible = snapshot.memo(("eligible", key), totals)
+        return _eligibility(snapshot, request)
+    key = ("static", "eligible-nodes", request.filter_key, request.gpu_products)
+    found: tuple[list[NodeInfo], dict[str, list[tuple[str, str]]]] = snapshot.memo(
+        key, lambda: _eligibility(snapshot, request)
+    )
     return found
 
 
@@ -468,8 +531,7 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
             f"products present: {listing or 'none (no node has GPUs)'}",
         )
 
-    found = _eligible(snapshot, request)
-    eligible, excluded = found.nodes, found.excluded
+    eligible, excluded = _eligible(snapshot, request)
     details = _exclusion_details(excluded)
     if not eligible:
         if not snapshot.nodes:
@@ -482,45 +544,18 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
     if unverifiable is not None:
         return unverifiable
 
-    free_total, alloc_total = found.free_total, found.alloc_total
-    details.append(
-        f"{_plural(len(eligible), 'eligible node')} with {free_total} free GPUs "
-        f"of {alloc_total} allocatable"
-    )
-    biggest_node = found.biggest
-    assert biggest_node is not None and found.freest is not None
-    if gang.largest > biggest_node.gpus_allocatable:
-        return NoFit(
-            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} GPUs on one "
-            f"node; the largest eligible node has {biggest_node.gpus_allocatable} GPUs "
-            f"({biggest_node.name})",
-            tuple(details),
-        )
-    if free_total < gang.total:
-        return NoFit(
-            f"needs {gang.describe()}; eligible nodes have {free_total} free GPUs "
-            f"({alloc_total} allocatable, {alloc_total - free_total} in use)",
-            tuple(details),
-        )
-    freest = found.freest
-    if gang.largest > freest.gpus_free:
-        return NoFit(
-            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} free GPUs on "
-            f"one node; the most free on an eligible node is {freest.gpus_free} ({freest.name})",
-            tuple(details),
-        )
+    names = level_names(snapshot.levels)
+    tree = _skeleton_tree(snapshot, request, eligible, names)
+    early = _early_nofit(tree, gang, len(eligible), details)
+    if early is not None:
+        return early
 
     if len(gang.reps) == 1:
-        # One pod: the node tier's best fit, found without building the tree (same order:
-        # fewest GPUs left over, holding the image, then topology path and name).
-        best = min(
-            (n for n in eligible if n.gpus_free >= gang.total),
-            key=lambda n: (n.gpus_free, not n.has_image(request.image), n.topology, n.name),
-        )
+        # One pod: the node tier's best fit, read off the tree's leaves (fewest GPUs left
+        # over, holding the image, then topology path and name).
+        best = snapshot.node(tree.best_node_for(gang.total) or "")
         return _placement(snapshot, request, gang, [(gang.reps[0], best)], NODE, best.topology, "")
 
-    names = level_names(snapshot.levels)
-    tree = _Tree(_skeleton(snapshot, request, eligible, names), snapshot)
     tiers = [NODE, CLIQUE]
     tiers += [names[k] for k in reversed(snapshot.levels[:-1])]
     tiers.append(CLUSTER)
@@ -531,9 +566,12 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
     packer = _Packer(tree)
     cost = request.cost or DEFAULT_COST
     for at, tier in enumerate(tiers[: last + 1]):
-        candidates = [
-            d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps, gang.total)
-        ]
+        if tier == NODE and gang.total > tree.freest()[0]:
+            candidates = []  # no node holds the gang: skip a scan of every leaf
+        else:
+            candidates = [
+                d for d in tree.by_tier.get(tier, ()) if tree.can_take(d, gang.reps, gang.total)
+            ]
         candidates.sort(key=lambda d: (tree.free(d) - gang.total, -tree.image_nodes(d), d.order))
         chosen = _cheapest(candidates, packer, gang, cost, names, priced=at > wanted_at)
         if chosen is not None:
@@ -545,7 +583,7 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
 
     if last < len(tiers) - 1:
         return _required_nofit(tree, tiers[last], gang, details)
-    room = tree.slots(tree.root, gang.largest)
+    room, free_total = tree.slots(tree.root, gang.largest), tree.free(tree.root)
     if room < gang.largest_count:
         return NoFit(
             f"needs {gang.describe()}; eligible nodes have {free_total} free GPUs in total but "
@@ -630,16 +668,54 @@ def _gpus_on(log: Sequence[tuple[_Rep, NodeInfo]]) -> list[tuple[NodeInfo, int]]
     return [(nodes[name], gpus[name]) for name in nodes]
 
 
-def _skeleton(
+def _skeleton_tree(
     snapshot: Snapshot, request: GangRequest, eligible: list[NodeInfo], names: dict[str, str]
-) -> _Skeleton:
-    """The eligible nodes' skeleton; a "static" memo when eligibility is (it does not
-    depend on free GPUs), so the what-if snapshots of a cycle share it."""
+) -> _Tree:
+    """The eligible nodes' tree. Its skeleton is a "static" memo when eligibility is (it
+    does not depend on free GPUs), so the what-if snapshots of a cycle share it; its counts
+    are derived from the parent snapshot's (see `_Counts`)."""
     if request.filter_key is None:
-        return _Skeleton(eligible, request.image, names)
-    key = ("static", "skeleton", request.filter_key, request.gpu_products, request.image)
-    found: _Skeleton = snapshot.memo(key, lambda: _Skeleton(eligible, request.image, names))
-    return found
+        return _Tree(_Skeleton(eligible, request.image, names), snapshot)
+    key = (request.filter_key, request.gpu_products, request.image)
+    skeleton: _Skeleton = snapshot.memo(
+        ("static", "skeleton", *key), lambda: _Skeleton(eligible, request.image, names)
+    )
+    return _Tree(skeleton, snapshot, key)
+
+
+def _early_nofit(tree: _Tree, gang: _Gang, eligible: int, details: list[str]) -> NoFit | None:
+    """The checks that need no packing, in the order a user would fix them: a replica
+    larger than any node, fewer free GPUs than the gang, a replica larger than any node's
+    free GPUs. Appends the eligible-nodes line to `details`."""
+    skeleton = tree.skeleton
+    free_total, alloc_total = tree.free(tree.root), skeleton.alloc_total
+    details.append(
+        f"{_plural(eligible, 'eligible node')} with {free_total} free GPUs "
+        f"of {alloc_total} allocatable"
+    )
+    biggest = skeleton.biggest
+    assert biggest is not None
+    if gang.largest > biggest.gpus_allocatable:
+        return NoFit(
+            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} GPUs on one "
+            f"node; the largest eligible node has {biggest.gpus_allocatable} GPUs "
+            f"({biggest.name})",
+            tuple(details),
+        )
+    if free_total < gang.total:
+        return NoFit(
+            f"needs {gang.describe()}; eligible nodes have {free_total} free GPUs "
+            f"({alloc_total} allocatable, {alloc_total - free_total} in use)",
+            tuple(details),
+        )
+    most, freest = tree.freest()
+    if gang.largest > most:
+        return NoFit(
+            f"each {gang.role_needing(gang.largest)} replica needs {gang.largest} free GPUs on "
+            f"one node; the most free on an eligible node is {most} ({freest})",
+            tuple(details),
+        )
+    return None
 
 
 def _largest(tree: _Tree, tier: str) -> _Dom | None:

@@ -123,7 +123,10 @@ class _Pass:
         self.snapshot = snapshot
         self.place = place
         self.fleet = fleet_products(snapshot)
-        fleet_gpus = sum(n.gpus_allocatable for n in snapshot.nodes if n.schedulable)
+        fleet_gpus = snapshot.memo(
+            ("static", "schedulable-gpus"),
+            lambda: sum(n.gpus_allocatable for n in snapshot.nodes if n.schedulable),
+        )
         self.ledger = Ledger(self.queues, fleet_gpus)
         self.running: dict[str, Running] = {}
         self.decisions: dict[str, JobDecision] = {}

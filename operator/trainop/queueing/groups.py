@@ -25,10 +25,15 @@ class Candidate:
 
 
 def fleet_products(snapshot: Snapshot) -> tuple[str, ...]:
-    """GPU products present in the snapshot (nodes with GPUs and a product label), sorted."""
-    return tuple(
-        sorted({n.gpu.product for n in snapshot.nodes if n.gpus_allocatable and n.gpu.product})
+    """GPU products present in the snapshot (nodes with GPUs and a product label), sorted;
+    a "static" memo (it does not depend on free GPUs)."""
+    found: tuple[str, ...] = snapshot.memo(
+        ("static", "fleet-products"),
+        lambda: tuple(
+            sorted({n.gpu.product for n in snapshot.nodes if n.gpus_allocatable and n.gpu.product})
+        ),
     )
+    return found
 
 
 def group_of(queue: QueueState, product: str | None) -> str:

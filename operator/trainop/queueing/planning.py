@@ -26,7 +26,7 @@ from trainop.planner import (
     plan_job,
     resolve,
 )
-from trainop.queueing.model import INCOMPATIBLE, Fit, QueuedJob, QueueState, Unfit
+from trainop.queueing.model import INCOMPATIBLE, NOFIT, Fit, QueuedJob, QueueState, Unfit
 from trainop.queueing.policy import Violation, check_policy
 
 
@@ -87,6 +87,23 @@ class PlannerPlacer:
         # queue name -> its state: its policy.compatibilityModes narrow the config's modes
         self.queues = queues or {}
 
+    def cannot_fit(self, job: QueuedJob, body: Mapping[str, Any], snapshot: Snapshot) -> str | None:
+        """Why the gang can be placed nowhere on this snapshot, from the fleet's free GPUs
+        alone (O(1), before the planner): more GPUs than are free in the whole cluster, or a
+        replica larger than any node's free GPUs. None: the planner decides. Not for GPU
+        sharing or DRA, whose units the node totals do not count alike."""
+        if self.config.dra.enabled or (body.get("spec") or {}).get("gpuSharing"):
+            return None
+        total, most = snapshot.free_bound()
+        if job.gpus > total:
+            return f"needs {job.gpus} GPUs; the cluster has {total} free"
+        largest = _largest_replica(body)
+        if largest > most:
+            return (
+                f"a replica needs {largest} GPUs on one node; the most free on any node is {most}"
+            )
+        return None
+
     def ideal(self, key: str, body: Mapping[str, Any], snapshot: Snapshot) -> Placement | None:
         """The gang alone on the empty fleet, for Preferred gangs only. It depends on the
         nodes, not on their use, so the snapshot keeps it (a "static" memo) across the
@@ -108,6 +125,22 @@ class PlannerPlacer:
         self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
     ) -> Fit | Unfit:
         body = self.bodies[job.key]
+        seen = _placeable_key(job, body, products)
+        short = self.cannot_fit(job, body, snapshot) if seen in snapshot.memo_view() else None
+        if short is not None:
+            return Unfit(NOFIT, short)
+        result = self._plan(job, body, snapshot, products)
+        if isinstance(result, Fit) or result.reason == NOFIT:
+            snapshot.memo(seen, lambda: True)  # compatible: later tries may take the shortcut
+        return result
+
+    def _plan(
+        self,
+        job: QueuedJob,
+        body: Mapping[str, Any],
+        snapshot: Snapshot,
+        products: tuple[str, ...] | None,
+    ) -> Fit | Unfit:
         if products is not None:
             body = with_products(body, products)
             if not body["spec"]["placement"]["gpuProducts"]:
@@ -131,6 +164,21 @@ class PlannerPlacer:
         if len(result.placement.nodes) > 1:
             ideal = self.ideal(job.key, body, snapshot)
         return fit_of(result, snapshot, ideal)
+
+
+def _placeable_key(
+    job: QueuedJob, body: Mapping[str, Any], products: tuple[str, ...] | None
+) -> tuple[Any, ...]:
+    """A "static" memo key: this job version (for these products) has been found
+    compatible with some nodes (a Fit, or NoFit rather than Incompatible), so a shortage of
+    free GPUs alone may answer for it. Static: kept while no node changes."""
+    meta = body.get("metadata") or {}
+    return ("static", "placeable", job.key, meta.get("uid"), meta.get("generation"), products)
+
+
+def _largest_replica(body: Mapping[str, Any]) -> int:
+    roles = (body.get("spec") or {}).get("replicaSpecs") or {}
+    return max((int((r or {}).get("gpus") or 0) for r in roles.values()), default=0)
 
 
 def job_policy(
