@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from trainop import metrics
@@ -442,6 +444,9 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     capped backoff (transient) or, for good (permanent), delete what was half-created and
     tell the user on the job's status and in a Warning Event."""
     state = Runtime.state
+    # Before forget(), which drops the pods created that the watch has not shown yet: a
+    # half-created gang (say, quota for 1 of its 4 pods) must go too, or it holds its GPUs.
+    made = state.job_pods(key, body["metadata"].get("uid"))
     state.forget(key)
     state.decisions.pop(key, None)
     failure = classify(exc)
@@ -456,7 +461,7 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     api = Runtime.api
     assert api is not None
     with contextlib.suppress(Exception):
-        for pod in state.job_pods(key, body["metadata"].get("uid")):
+        for pod in made:
             state.drop_created(key[0], pod["metadata"]["name"])
             await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
         now = datetime.now(UTC).replace(tzinfo=None)
@@ -554,8 +559,36 @@ async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) ->
         if created is not None and not isinstance(created, BaseException):
             state.created(new, time.monotonic())
     failed = [r for r in results if isinstance(r, BaseException)]
+    for new, created in zip(pods, results, strict=True):
+        taken = _taken(new) if created is False else None
+        if taken is not None:
+            failed.append(taken)
     if failed:
         raise failed[0]
+
+
+def _taken(pod: Mapping[str, Any]) -> ApplyError | None:
+    """A create answered 409 for a pod name that something else holds (not a pod of this
+    job, nor of an earlier job of its name that garbage collection is taking away, nor one
+    being deleted): the gang can never be whole, so it fails for good, named, instead of
+    being deleted and created again on every reconcile."""
+    meta = pod["metadata"]
+    there = Runtime.state.pods.get((meta["namespace"], meta["name"]))
+    if there is None or there["metadata"].get("deletionTimestamp"):
+        return None
+    owner = meta["ownerReferences"][0]
+    if any(
+        o.get("uid") == owner["uid"]
+        or (o.get("kind"), o.get("name")) == ("TrainingJob", owner["name"])
+        for o in there["metadata"].get("ownerReferences") or []
+    ):
+        return None
+    message = (
+        f'pods "{meta["name"]}" already exists and is not this job\'s: delete it, or rename the job'
+    )
+    cause = ApiException(status=409, reason="AlreadyExists")
+    cause.body = json.dumps({"message": message})
+    return ApplyError(f"Pod {meta['name']}", cause)
 
 
 async def _write_status(
