@@ -26,8 +26,9 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,6 +118,44 @@ def _backfill_moments(
     return out
 
 
+@dataclass
+class Work:
+    """What a cycle hands the pure decision: the jobs in line, the pods and assumptions of
+    those whose intake must be made again, and the intakes kept for the rest."""
+
+    bodies: list[Mapping[str, Any]] = field(default_factory=list)
+    pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    assumed: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    known: dict[str, Any] = field(default_factory=dict)
+    signatures: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    later: list[float] = field(default_factory=list)  # restart backoffs ending (monotonic)
+
+
+def gather(state: ShellState, config: OperatorConfig, now: datetime, started: float) -> Work:
+    """The cycle's inputs from the state, on the event loop (bodies are replaced, never
+    mutated, so the references stay valid while the decision runs in a worker thread)."""
+    work = Work()
+    for key in sorted(state.jobs):
+        body = state.job(key)
+        if body is None or state.is_rejected(key, body):
+            continue
+        wait = _backoff_left(body, config, now)
+        if wait > 0:
+            work.later.append(started + wait)
+            continue
+        job_key = f"{key[0]}/{key[1]}"
+        work.bodies.append(body)
+        work.signatures[job_key] = signature = (key, state.intake_signature(key), config)
+        kept = state.intakes.get(key)
+        if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
+            work.known[job_key] = kept[1]
+            continue
+        work.pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
+        if key in state.assumed:
+            work.assumed[job_key] = state.assumed_holding(key)
+    return work
+
+
 class AdmissionLoop:
     """Owns the wake-up event and the cycle; one instance per operator process."""
 
@@ -164,35 +203,18 @@ class AdmissionLoop:
         now = datetime.now(UTC).replace(tzinfo=None)
         state, config = self.state, self.config()
         state.expire(started)
-        later: list[float] = [a.expires for a in state.assumed.values()]
-        bodies, pods, assumed, known, signatures = [], {}, {}, {}, {}
-        for key in sorted(state.jobs):
-            body = state.job(key)
-            if body is None or state.is_rejected(key, body):
-                continue
-            wait = _backoff_left(body, config, now)
-            if wait > 0:
-                later.append(started + wait)
-                continue
-            job_key = f"{key[0]}/{key[1]}"
-            bodies.append(body)
-            signatures[job_key] = signature = (key, state.intake_signature(key), config)
-            kept = state.intakes.get(key)
-            if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
-                known[job_key] = kept[1]
-                continue
-            pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
-            if key in state.assumed:
-                assumed[job_key] = state.assumed_holding(key)
+        work = gather(state, config, now, started)
         inputs = cycle_inputs(
             list(state.queues.values()), dict(state.namespaces), dict(state.priorities)
         )
         snapshot = state.snapshot()
+        gathered = time.monotonic()
         result = await asyncio.to_thread(
-            decide, now, bodies, pods, inputs, snapshot, config, assumed, known
+            decide, now, work.bodies, work.pods, inputs, snapshot, config, work.assumed, work.known
         )
+        decided = time.monotonic()
         for job_key, job in result.intakes.items():
-            signature = signatures[job_key]
+            signature = work.signatures[job_key]
             state.intakes[signature[0]] = (signature, job)
         changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
         for decision in result.decisions.jobs.values():
@@ -201,17 +223,38 @@ class AdmissionLoop:
         await self.publish(result)
         self.cycles += 1
         self.last_cycle_seconds = time.monotonic() - started
-        counted, assumed_gpus = state.gpu_usage()
-        metrics.COUNTED_GPUS.set(counted)
-        metrics.ASSUMED_GPUS.set(assumed_gpus)
-        metrics.ADMISSION_CYCLES.inc()
-        metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
+        self._report(result, (gathered - started, decided - gathered, time.monotonic() - decided))
         for key in changed:
             task = asyncio.ensure_future(self.reconcile(key))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+        later = work.later + [a.expires for a in state.assumed.values()]
         later.extend(_backfill_moments(result, inputs.queues, now, time.monotonic()))
         return min(later) if later else None
+
+    def _report(self, result: PassResult, phases: tuple[float, float, float]) -> None:
+        """Metrics, and one line per cycle that decided something (as Kueue logs each
+        scheduling cycle): its number, what it decided, and how long each phase took."""
+        counted, assumed_gpus = self.state.gpu_usage()
+        metrics.COUNTED_GPUS.set(counted)
+        metrics.ASSUMED_GPUS.set(assumed_gpus)
+        metrics.ADMISSION_CYCLES.inc()
+        metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
+        actions = Counter(d.action for d in result.decisions.jobs.values())
+        pending = sum(actions[a] for a in ("Admit", "Wait", "Preempt"))
+        level = logging.INFO if pending else logging.DEBUG
+        log.log(
+            level,
+            "admission cycle %d: %d pending, %d admitted, %d waiting, %d preempting, "
+            "%d running; gather %.3f s, decide %.3f s, record %.3f s",
+            self.cycles,
+            pending,
+            actions["Admit"],
+            actions["Wait"],
+            actions["Preempt"],
+            actions["Keep"],
+            *phases,
+        )
 
     def _record(self, result: PassResult, keys: Mapping[str, Key], now: float) -> list[Key]:
         """Store verdicts and assume admitted gangs; return the jobs whose verdict changed."""
