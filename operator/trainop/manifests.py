@@ -154,7 +154,7 @@ def _term(
     return term
 
 
-def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop merges into the user's template
+def build_pod(
     job: JobRef,
     plan: PodPlan,
     template: Mapping[str, Any],
@@ -169,7 +169,38 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
     meta_t = tmpl.get("metadata") or {}
     spec: dict[str, Any] = copy.deepcopy(tmpl.get("spec") or {})
     name = pod_name(job.name, plan.role, plan.index)
+    labels, annotations = _pod_labels_and_annotations(job, plan, meta_t, gang_generation)
 
+    containers = [dict(x) for x in spec.get("containers") or []]
+    if not containers:
+        containers = [{"name": TRAINER_CONTAINER}]
+    main = containers[0]  # the first container is the trainer; sidecars are left alone
+    _merge_trainer(main, plan)
+    _add_volumes(main, spec, plan, config_map)
+    containers[0] = main
+    spec["containers"] = containers
+    _merge_scheduling(spec, plan, name, job.name, priority_class_name, gated)
+
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": spec,
+    }
+    annotations[c.ANNOTATION_SPEC_HASH] = spec_hash(pod)
+    return pod
+
+
+def _pod_labels_and_annotations(
+    job: JobRef, plan: PodPlan, meta_t: Mapping[str, Any], gang_generation: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The template's labels and annotations with trainop's replica, rank and restart ones."""
     labels = {**(meta_t.get("labels") or {}), **replica_labels(job.name, plan.role, plan.index)}
     annotations = {
         **(meta_t.get("annotations") or {}),
@@ -181,11 +212,12 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
         labels[c.ANNOTATION_RANK] = str(
             plan.rank
         )  # also a label: `kubectl get pods -L trainop.dev/rank`
+    return labels, annotations
 
-    containers = [dict(x) for x in spec.get("containers") or []]
-    if not containers:
-        containers = [{"name": TRAINER_CONTAINER}]
-    main = containers[0]  # the first container is the trainer; sidecars are left alone
+
+def _merge_trainer(main: dict[str, Any], plan: PodPlan) -> None:
+    """Merge image, env, command prefix, GPU/RDMA resources, ports and capabilities into the
+    trainer container, keeping what the user set."""
     main.setdefault("name", TRAINER_CONTAINER)
     main["image"] = main.get("image") or plan.image
     main["env"] = _merge_env(plan.env, main.get("env") or [])
@@ -207,6 +239,12 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
         sc = main.setdefault("securityContext", {})
         caps = sc.setdefault("capabilities", {})
         caps["add"] = sorted({*caps.get("add", []), *plan.capabilities})
+
+
+def _add_volumes(
+    main: dict[str, Any], spec: dict[str, Any], plan: PodPlan, config_map: str | None
+) -> None:
+    """Add the /dev/shm, SSH-key and config volumes the plan asks for, mounted in the trainer."""
     mounts = list(main.get("volumeMounts") or [])
     volumes = list(spec.get("volumes") or [])
     if plan.shm_size and not _own_shm(mounts, volumes):
@@ -226,13 +264,21 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
         main["volumeMounts"] = mounts
     if volumes:
         spec["volumes"] = volumes
-    containers[0] = main
-    spec["containers"] = containers
 
+
+def _merge_scheduling(
+    spec: dict[str, Any],
+    plan: PodPlan,
+    name: str,
+    subdomain: str,
+    priority_class_name: str | None,
+    gated: bool,
+) -> None:
+    """Set restart policy, DNS name, priority, GPU toleration, node pin and scheduling gate."""
     # Restarts are decided per gang by the operator, never per pod by the kubelet.
     spec["restartPolicy"] = "Never"
     spec["hostname"] = name
-    spec["subdomain"] = job.name
+    spec["subdomain"] = subdomain
     if priority_class_name:
         spec["priorityClassName"] = priority_class_name
     if plan.gpus:
@@ -250,21 +296,6 @@ def build_pod(  # noqa: C901, PLR0912, PLR0915 - one step per pod field trainop 
     if gated:
         gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != c.SCHEDULING_GATE]
         spec["schedulingGates"] = [*gates, {"name": c.SCHEDULING_GATE}]
-
-    pod: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": job.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [job.owner_reference()],
-        },
-        "spec": spec,
-    }
-    annotations[c.ANNOTATION_SPEC_HASH] = spec_hash(pod)
-    return pod
 
 
 def spec_hash(obj: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ what the operator creates.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -48,7 +49,7 @@ from trainop.manifests import (
     build_service,
     pod_name,
 )
-from trainop.nccl import FabricMismatch, nccl_settings, select_profile
+from trainop.nccl import FabricMismatch, NcclSettings, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
 
 
@@ -267,8 +268,52 @@ def _check_sharing(spec: TrainingJobSpec) -> None:
         raise InvalidJob("spec.gpuSharing.migProfile", "only for mode MIG: remove it")
 
 
+def _parsed(body: Mapping[str, Any], config: OperatorConfig) -> TrainingJobSpec:
+    """parse_spec + check_semantics (without the catalog rule), memoised per job version in
+    `config.memo` like `validation.checked_spec`: the admission cycle plans every waiting
+    gang again on each try. The spec is compared too (a body may be edited in place)."""
+    meta = body.get("metadata") or {}
+    raw = body.get("spec")
+    key = ("parsed-spec", meta.get("uid"), meta.get("generation"))
+    hit = config.memo.get(key) if meta.get("uid") else None
+    if hit is not None and hit[0] == raw:
+        spec: TrainingJobSpec = hit[1]
+        return spec
+    spec = parse_spec(body)
+    check_semantics(spec)
+    if meta.get("uid"):
+        if len(config.memo) > 50_000:  # bounded: a long-lived operator sees many versions
+            for stale in [k for k in config.memo if isinstance(k, tuple) and k[0] == key[0]]:
+                del config.memo[stale]
+        config.memo[key] = (copy.deepcopy(raw), spec)
+    return spec
+
+
 def candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
-    """The releases the spec allows; InvalidJob when no catalog release can ever satisfy it."""
+    """The releases the spec allows; InvalidJob when no catalog release can ever satisfy it.
+    Memoised in `config.memo` by the fields it reads: every cycle asks it for every waiting
+    gang, and a burst has few distinct (framework, version, cuda, image)."""
+    key = (
+        "candidates",
+        spec.framework.name,
+        spec.framework.version,
+        spec.cuda,
+        spec.image,
+    )
+    found = config.memo.get(key)
+    if found is None:
+        try:
+            found = _candidates(spec, config)
+        except InvalidJob as exc:
+            found = (exc.field, exc.detail, exc.reason)
+        config.memo[key] = found
+    if isinstance(found, tuple):
+        raise InvalidJob(*found)
+    result: Candidates = found
+    return result
+
+
+def _candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
     try:
         return candidate_releases(
             config.catalog,
@@ -392,8 +437,7 @@ def plan_job(
     gated: bool = True,
 ) -> Plan | Wait:
     """Plan one gang generation of a job. Raises InvalidJob for a job that can never run."""
-    spec = parse_spec(body)
-    check_semantics(spec)
+    spec = _parsed(body, config)
     ref = job_ref(body)
     if not snapshot.nodes:
         candidates(spec, config)
@@ -450,89 +494,23 @@ def build_plan(
     *,
     gpu_resource: str = c.RESOURCE_GPU,
 ) -> Plan:
+    """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
-    members = tuple(
-        frameworks.Member(
-            role=a.role,
-            index=a.index,
-            rank=a.rank,
-            gpus=a.gpus,
-            host=frameworks.member_host(ref.name, ref.namespace, a.role, a.index),
-        )
-        for a in placement.assignments
-    )
+    members = _members(ref, placement)
     wiring = fw.wire(frameworks.WiringInput(ref.name, ref.namespace, members, port=fw.default_port))
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
     ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
-    gpu_pods = [a for a in placement.assignments if a.node is not None]
-    nodes_in_gang = len({a.node for a in gpu_pods})
-    compat: tuple[Mapping[str, Any], ...] = ()
-    if config.compat_affinity:
-        compat = tuple(
-            node_affinity_terms(
-                config.catalog,
-                choice.cuda,
-                choice.release,
-                tuple(spec.placement.gpu_products),
-                modes=config.compatibility_modes,
-            )
-        )
-
-    pod_plans: list[PodPlan] = []
-    all_ports: set[int] = set()
-    for a in placement.assignments:
-        env = dict(wiring.env.get((a.role, a.index), {}))
-        ports = tuple(wiring.container_ports.get(a.role, ()))
-        all_ports.update(ports)
-        rdma: Mapping[str, int] = {}
-        caps: tuple[str, ...] = ()
-        shm: str | None = None
-        annotations: dict[str, str] = {}
-        node_name: str | None = None
-        if a.node is not None:
-            node = snapshot.node(a.node)
-            node_name = node.labels.get(c.LABEL_HOSTNAME, node.name)
-            try:
-                profile = select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
-            except FabricMismatch as exc:  # the node filter excludes these; keep the message
-                raise InvalidJob("spec.network.fabric", str(exc)) from exc
-            tuned = nccl_settings(
-                profile,
-                gpus_per_pod=a.gpus,
-                pods_in_gang=len(gpu_pods),
-                nodes_in_gang=nodes_in_gang,
-                whole_node=a.gpus == node.gpus_allocatable,
-                gpus_on_node=node.gpus_allocatable or None,
-                user_env=spec.nccl_env,
-            )
-            env.update(tuned.env)
-            rdma, caps, shm = tuned.rdma_resources, tuned.capabilities, tuned.shm_size
-            annotations.update(tuned.annotations)
-            annotations[c.ANNOTATION_FABRIC_PROFILE] = tuned.profile_name
-        else:
-            env.update(spec.nccl_env)
-        prefix = tuple((wiring.command_for or {}).get(a.role, ()))
-        plan = PodPlan(
-            role=a.role,
-            index=a.index,
-            rank=a.rank,
-            gpus=a.gpus,
-            node=node_name,
-            image=choice.image,
-            env=env,
-            ports=ports,
-            rdma_resources=rdma,
-            capabilities=caps,
-            shm_size=shm,
-            annotations=annotations,
-            command_prefix=prefix,
-            compat_terms=compat if a.gpus else (),
-            node_object=a.node,
-            gpu_resource=gpu_resource,
-            mount_config=cm_name is not None,
-            ssh_secret=ssh_secret,
-        )
-        pod_plans.append(plan)
+    pod_plans = _pod_plans(
+        spec,
+        choice,
+        placement,
+        snapshot,
+        config,
+        wiring,
+        gpu_resource=gpu_resource,
+        mount_config=cm_name is not None,
+        ssh_secret=ssh_secret,
+    )
     gpu_roles = [
         (role, spec.replica_specs[role].gpus)
         for role in sorted({a.role for a in placement.assignments if a.gpus})
@@ -570,10 +548,128 @@ def build_plan(
         placement=placement,
         job=ref.name,
         build_pods=build_pods,
-        service=build_service(ref, sorted(all_ports)),
+        service=build_service(ref, sorted({p for plan in pod_plans for p in plan.ports})),
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _members(ref: JobRef, placement: Placement) -> tuple[frameworks.Member, ...]:
+    """The gang as the framework sees it: role, index, rank, GPUs and stable host name."""
+    return tuple(
+        frameworks.Member(
+            role=a.role,
+            index=a.index,
+            rank=a.rank,
+            gpus=a.gpus,
+            host=frameworks.member_host(ref.name, ref.namespace, a.role, a.index),
+        )
+        for a in placement.assignments
+    )
+
+
+def _pod_plans(
+    spec: TrainingJobSpec,
+    choice: ImageChoice,
+    placement: Placement,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+    wiring: frameworks.Wiring,
+    *,
+    gpu_resource: str,
+    mount_config: bool,
+    ssh_secret: str | None,
+) -> list[PodPlan]:
+    """One PodPlan per assignment: the framework's wiring plus NCCL tuning for its node."""
+    gpu_pods = [a for a in placement.assignments if a.node is not None]
+    nodes_in_gang = len({a.node for a in gpu_pods})
+    compat = _compat_terms(spec, choice, config)
+    pod_plans: list[PodPlan] = []
+    for a in placement.assignments:
+        env = dict(wiring.env.get((a.role, a.index), {}))
+        tuned: NcclSettings | None = None
+        node_name: str | None = None
+        annotations: dict[str, str] = {}
+        if a.node is not None:
+            node_name, tuned = _tuned_for_node(
+                snapshot.node(a.node),
+                a.gpus,
+                spec,
+                config,
+                pods_in_gang=len(gpu_pods),
+                nodes_in_gang=nodes_in_gang,
+            )
+            env.update(tuned.env)
+            annotations = {**tuned.annotations, c.ANNOTATION_FABRIC_PROFILE: tuned.profile_name}
+        else:
+            env.update(spec.nccl_env)
+        pod_plans.append(
+            PodPlan(
+                role=a.role,
+                index=a.index,
+                rank=a.rank,
+                gpus=a.gpus,
+                node=node_name,
+                image=choice.image,
+                env=env,
+                ports=tuple(wiring.container_ports.get(a.role, ())),
+                rdma_resources=tuned.rdma_resources if tuned else {},
+                capabilities=tuned.capabilities if tuned else (),
+                shm_size=tuned.shm_size if tuned else None,
+                annotations=annotations,
+                command_prefix=tuple((wiring.command_for or {}).get(a.role, ())),
+                compat_terms=compat if a.gpus else (),
+                node_object=a.node,
+                gpu_resource=gpu_resource,
+                mount_config=mount_config,
+                ssh_secret=ssh_secret,
+            )
+        )
+    return pod_plans
+
+
+def _compat_terms(
+    spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig
+) -> tuple[Mapping[str, Any], ...]:
+    """Node-affinity terms that keep GPU pods on drivers the image runs on (when configured)."""
+    if not config.compat_affinity:
+        return ()
+    return tuple(
+        node_affinity_terms(
+            config.catalog,
+            choice.cuda,
+            choice.release,
+            tuple(spec.placement.gpu_products),
+            modes=config.compatibility_modes,
+        )
+    )
+
+
+def _tuned_for_node(
+    node: NodeInfo,
+    gpus: int,
+    spec: TrainingJobSpec,
+    config: OperatorConfig,
+    *,
+    pods_in_gang: int,
+    nodes_in_gang: int,
+) -> tuple[str, NcclSettings]:
+    """The hostname a GPU pod is pinned to and the NCCL settings of its node's fabric."""
+    node_name = node.labels.get(c.LABEL_HOSTNAME, node.name)
+    try:
+        profile = select_profile(node.labels, config.fabric_profiles, spec.network.fabric)
+    except FabricMismatch as exc:  # the node filter excludes these; keep the message
+        raise InvalidJob("spec.network.fabric", str(exc)) from exc
+    tuned = nccl_settings(
+        profile,
+        gpus_per_pod=gpus,
+        pods_in_gang=pods_in_gang,
+        nodes_in_gang=nodes_in_gang,
+        whole_node=gpus == node.gpus_allocatable,
+        gpus_on_node=node.gpus_allocatable or None,
+        user_env=spec.nccl_env,
+    )
+    return node_name, tuned
 
 
 def _for_dra_and_kueue(

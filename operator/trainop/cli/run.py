@@ -10,8 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from trainop.kube.lease import Elector
+    from trainop.planner import OperatorConfig
 
 
 @click.command("run")
@@ -119,24 +124,13 @@ def run(
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
-    import dataclasses
-
     if kubeconfig:
         # Before kubernetes is imported (trainop.kube imports it): kubernetes.config reads
         # KUBECONFIG once, at import, and kopf's login (load_kube_config() without a path)
         # uses that value.
         os.environ["KUBECONFIG"] = kubeconfig
-
-    from trainop.kube.lease import timing_error
-
     if leader_elect:
-        why = timing_error(lease_duration_seconds, renew_deadline_seconds, retry_period_seconds)
-        if why is not None:
-            raise click.BadParameter(
-                f"{why}; e.g. 15 / 10 / 2 (client-go's defaults)",
-                param_hint="'--lease-duration-seconds' / '--renew-deadline-seconds' / "
-                "'--retry-period-seconds'",
-            )
+        _check_lease_timing(lease_duration_seconds, renew_deadline_seconds, retry_period_seconds)
 
     import kopf
     from prometheus_client import start_http_server
@@ -145,47 +139,21 @@ def run(
     from trainop.handlers import heap
     from trainop.handlers import operator as handlers
     from trainop.kube.client import load_kube_config, set_rate_limit
-    from trainop.planner import OperatorConfig
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    if not verbose:
-        # kopf logs "Handler ... succeeded." for every pod and job event: thousands of lines
-        # a minute in a burst, and CPU. Its warnings and errors still show; --verbose shows all.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    _configure_logging(verbose)
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     set_rate_limit(kube_api_qps, kube_api_burst)
-    config = OperatorConfig()
-    if config_path:
-        from trainop.config import load_operator_config
-
-        config = load_operator_config(config_path)
-    handlers.Runtime.config = dataclasses.replace(
-        config,
-        # A flag wins; without one the config file's value (or the built-in default) stays.
-        restart_backoff_seconds=config.restart_backoff_seconds
-        if restart_backoff_seconds is None
-        else restart_backoff_seconds,
-        restart_backoff_max_seconds=config.restart_backoff_max_seconds
-        if restart_backoff_max_seconds is None
-        else restart_backoff_max_seconds,
+    handlers.Runtime.config = _operator_config(
+        config_path, restart_backoff_seconds, restart_backoff_max_seconds
     )
     if leader_elect:
-        import socket
-
-        from trainop.kube.lease import Elector
-
-        identity = f"{socket.gethostname()}-{os.getpid()}"
-        handlers.Runtime.elector = Elector(
+        handlers.Runtime.elector = _elector(
             lease_name,
             lease_namespace,
-            identity,
-            duration_seconds=lease_duration_seconds,
-            renew_deadline_seconds=renew_deadline_seconds,
-            retry_period_seconds=retry_period_seconds,
+            lease_duration_seconds,
+            renew_deadline_seconds,
+            retry_period_seconds,
         )
         handlers.Runtime.renew_seconds = retry_period_seconds
     handlers.Runtime.namespaces = list(namespaces)
@@ -202,4 +170,78 @@ def run(
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
             standalone=True,
         )
+    )
+
+
+def _check_lease_timing(duration: int, renew_deadline: float, retry_period: float) -> None:
+    """Refuse Lease timings a leader could not keep, naming the three flags and an example."""
+    from trainop.kube.lease import timing_error
+
+    why = timing_error(duration, renew_deadline, retry_period)
+    if why is not None:
+        raise click.BadParameter(
+            f"{why}; e.g. 15 / 10 / 2 (client-go's defaults)",
+            param_hint="'--lease-duration-seconds' / '--renew-deadline-seconds' / "
+            "'--retry-period-seconds'",
+        )
+
+
+def _configure_logging(verbose: bool) -> None:
+    """INFO (DEBUG with --verbose) to stderr, with kopf's per-object success lines muted."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    if not verbose:
+        # kopf logs "Handler ... succeeded." for every pod and job event: thousands of lines
+        # a minute in a burst, and CPU. Its warnings and errors still show; --verbose shows all.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+def _operator_config(
+    config_path: str | None,
+    restart_backoff_seconds: float | None,
+    restart_backoff_max_seconds: float | None,
+) -> OperatorConfig:
+    """The config file's settings (or the defaults), with the restart-backoff flags on top."""
+    import dataclasses
+
+    from trainop.planner import OperatorConfig
+
+    config = OperatorConfig()
+    if config_path:
+        from trainop.config import load_operator_config
+
+        config = load_operator_config(config_path)
+    return dataclasses.replace(
+        config,
+        # A flag wins; without one the config file's value (or the built-in default) stays.
+        restart_backoff_seconds=config.restart_backoff_seconds
+        if restart_backoff_seconds is None
+        else restart_backoff_seconds,
+        restart_backoff_max_seconds=config.restart_backoff_max_seconds
+        if restart_backoff_max_seconds is None
+        else restart_backoff_max_seconds,
+    )
+
+
+def _elector(
+    lease_name: str,
+    lease_namespace: str,
+    duration_seconds: int,
+    renew_deadline_seconds: float,
+    retry_period_seconds: float,
+) -> Elector:
+    """The Lease elector of this replica, named after its host and process."""
+    import socket
+
+    from trainop.kube.lease import Elector
+
+    return Elector(
+        lease_name,
+        lease_namespace,
+        f"{socket.gethostname()}-{os.getpid()}",
+        duration_seconds=duration_seconds,
+        renew_deadline_seconds=renew_deadline_seconds,
+        retry_period_seconds=retry_period_seconds,
     )

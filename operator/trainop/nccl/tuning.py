@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from trainop.api.fabricprofile import FabricProfile
+from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.nccl.names import (
     ANNOTATION_MULTUS_NETWORKS,
     CAP_IPC_LOCK,
@@ -146,7 +146,7 @@ def _check_shape(
         raise ValueError(f"gpus_per_pod {gpus_per_pod} exceeds gpus_on_node {gpus_on_node}")
 
 
-def nccl_settings(  # noqa: C901, PLR0912, PLR0915 - one branch per NCCL knob and fabric kind, in NCCL's docs order
+def nccl_settings(
     profile: FabricProfile,
     *,
     gpus_per_pod: int,
@@ -165,7 +165,6 @@ def nccl_settings(  # noqa: C901, PLR0912, PLR0915 - one branch per NCCL knob an
     _check_shape(gpus_per_pod, pods_in_gang, nodes_in_gang, gpus_on_node)
     spec = profile.spec
     env = _Env()
-    notes: list[str] = []
     rdma_resources: dict[str, int] = {}
     capabilities: tuple[str, ...] = ()
     annotations: dict[str, str] = {}
@@ -174,56 +173,28 @@ def nccl_settings(  # noqa: C901, PLR0912, PLR0915 - one branch per NCCL knob an
     runs_nccl = gpus_per_pod > 0
     networked = runs_nccl and pods_in_gang > 1
     rdma = networked and spec.is_rdma
-
-    if not runs_nccl:
-        notes.append("pod has no GPU: no NCCL rank, only the job's ncclEnv applies")
-    elif not networked:
-        notes.append(
-            "single-pod gang: NCCL stays on NVLink/PCIe and /dev/shm, so no network env, "
-            "RDMA resource or IPC_LOCK"
-        )
+    notes = _shape_notes(runs_nccl, networked)
 
     if rdma:
-        if spec.hcas:
-            env.set(NCCL_IB_HCA, ib_hca_value(spec.hcas), "derived")
-            if not whole_node:
-                share = f"{gpus_per_pod} of {gpus_on_node}" if gpus_on_node else f"{gpus_per_pod}"
-                notes.append(
-                    f"pod gets {share} GPUs: NCCL_IB_HCA lists every compute HCA since the "
-                    "kubelet picks the GPUs; trainop-launch may narrow it in the container"
-                )
-        if spec.socket_ifname:
-            env.set(NCCL_SOCKET_IFNAME, spec.socket_ifname, "profile")
-        if spec.fabric == "RoCE":
-            if spec.gid_index is not None:
-                env.set(NCCL_IB_GID_INDEX, str(spec.gid_index), "profile")
-            if spec.traffic_class is not None:
-                env.set(NCCL_IB_TC, str(spec.traffic_class), "profile")
-        if spec.gdr_level is not None:
-            env.set(NCCL_NET_GDR_LEVEL, spec.gdr_level, "profile")
-        if spec.sharp:
-            if nodes_in_gang > 1:
-                env.set(NCCL_COLLNET_ENABLE, "1", "derived")
-            else:
-                notes.append("SHARP not enabled: the gang's pods share one node")
+        notes += _set_rdma_env(
+            spec,
+            env,
+            gpus_per_pod=gpus_per_pod,
+            nodes_in_gang=nodes_in_gang,
+            whole_node=whole_node,
+            gpus_on_node=gpus_on_node,
+        )
         if spec.rdma_resource:
             rdma_resources[spec.rdma_resource] = spec.rdma_resource_per_pod
         capabilities = (CAP_IPC_LOCK,)
     elif networked:
-        # TCP: the fabric itself requires disabling IB (the one case fabrics.md allows
-        # NCCL_IB_DISABLE outside debugging), so NCCL does not probe verbs devices.
-        env.set(NCCL_IB_DISABLE, "1", "derived")
-        if spec.socket_ifname:
-            env.set(NCCL_SOCKET_IFNAME, spec.socket_ifname, "profile")
+        _set_tcp_env(spec, env)
 
     if networked and spec.multus_networks:
         annotations[ANNOTATION_MULTUS_NETWORKS] = spec.multus_networks
 
     if runs_nccl:
-        if spec.nvls is False:
-            env.set(NCCL_NVLS_ENABLE, "0", "profile")
-        env.update(spec.extra_env, "profile")
-        env.update(spec.debug_env, "profile")
+        _set_profile_env(spec, env)
         if gpus_per_pod > 1 or rdma:
             shm_size = spec.shm_size
 
@@ -239,3 +210,68 @@ def nccl_settings(  # noqa: C901, PLR0912, PLR0915 - one branch per NCCL knob an
         profile_name=profile.name,
         notes=tuple(notes),
     )
+
+
+def _shape_notes(runs_nccl: bool, networked: bool) -> list[str]:
+    """Why a pod without a GPU, or alone in its gang, gets little or no NCCL setup."""
+    if not runs_nccl:
+        return ["pod has no GPU: no NCCL rank, only the job's ncclEnv applies"]
+    if not networked:
+        return [
+            "single-pod gang: NCCL stays on NVLink/PCIe and /dev/shm, so no network env, "
+            "RDMA resource or IPC_LOCK"
+        ]
+    return []
+
+
+def _set_rdma_env(
+    spec: FabricProfileSpec,
+    env: _Env,
+    *,
+    gpus_per_pod: int,
+    nodes_in_gang: int,
+    whole_node: bool,
+    gpus_on_node: int | None,
+) -> list[str]:
+    """Set the env of a pod that talks to its gang over RDMA; return the notes it explains."""
+    notes: list[str] = []
+    if spec.hcas:
+        env.set(NCCL_IB_HCA, ib_hca_value(spec.hcas), "derived")
+        if not whole_node:
+            share = f"{gpus_per_pod} of {gpus_on_node}" if gpus_on_node else f"{gpus_per_pod}"
+            notes.append(
+                f"pod gets {share} GPUs: NCCL_IB_HCA lists every compute HCA since the "
+                "kubelet picks the GPUs; trainop-launch may narrow it in the container"
+            )
+    if spec.socket_ifname:
+        env.set(NCCL_SOCKET_IFNAME, spec.socket_ifname, "profile")
+    if spec.fabric == "RoCE":
+        if spec.gid_index is not None:
+            env.set(NCCL_IB_GID_INDEX, str(spec.gid_index), "profile")
+        if spec.traffic_class is not None:
+            env.set(NCCL_IB_TC, str(spec.traffic_class), "profile")
+    if spec.gdr_level is not None:
+        env.set(NCCL_NET_GDR_LEVEL, spec.gdr_level, "profile")
+    if spec.sharp:
+        if nodes_in_gang > 1:
+            env.set(NCCL_COLLNET_ENABLE, "1", "derived")
+        else:
+            notes.append("SHARP not enabled: the gang's pods share one node")
+    return notes
+
+
+def _set_tcp_env(spec: FabricProfileSpec, env: _Env) -> None:
+    """Set the env of a pod that talks to its gang over TCP sockets."""
+    # TCP: the fabric itself requires disabling IB (the one case fabrics.md allows
+    # NCCL_IB_DISABLE outside debugging), so NCCL does not probe verbs devices.
+    env.set(NCCL_IB_DISABLE, "1", "derived")
+    if spec.socket_ifname:
+        env.set(NCCL_SOCKET_IFNAME, spec.socket_ifname, "profile")
+
+
+def _set_profile_env(spec: FabricProfileSpec, env: _Env) -> None:
+    """Set what the profile asks of every NCCL rank: nvls=false, then extraEnv, then debugEnv."""
+    if spec.nvls is False:
+        env.set(NCCL_NVLS_ENABLE, "0", "profile")
+    env.update(spec.extra_env, "profile")
+    env.update(spec.debug_env, "profile")

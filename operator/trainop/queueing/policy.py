@@ -99,79 +99,86 @@ def check_policy(
 ) -> tuple[Violation, ...]:
     """Violations of `policy` (queue `queue`) by a job; `image` is the image the pods run
     (the planner's resolved choice) and `cuda` the CUDA it needs, when known."""
-    out: list[Violation] = []
     q = f"queue {queue}"
-
     prefixes = tuple(policy.allowed_image_prefixes)
-    allowed_list = ", ".join(prefixes)
+    out = [
+        *_image_violations(spec, prefixes, q, image),
+        *_framework_violations(spec, policy, q),
+        *_cuda_violations(spec, policy, q, cuda),
+        *_gpu_violations(spec, policy, q),
+    ]
+    for role, r in spec.replica_specs.items():
+        out.extend(_template_violations(role, r.template, policy, q, prefixes))
+    return tuple(out)
+
+
+def _image_violations(
+    spec: TrainingJobSpec, prefixes: tuple[str, ...], q: str, image: str | None
+) -> Iterator[Violation]:
+    """The image the pods run, when it starts with none of policy.allowedImagePrefixes."""
     if prefixes and image and not image_allowed(image, prefixes):
         fld = "spec.image" if spec.image else "spec.framework"
         how = "" if spec.image else " (the image trainop chose for the framework)"
-        out.append(
-            Violation(
-                fld,
-                f"image {image}{how} is not allowed by {q}: images must start with "
-                f"{allowed_list} (policy.allowedImagePrefixes)",
-            )
+        yield Violation(
+            fld,
+            f"image {image}{how} is not allowed by {q}: images must start with "
+            f"{', '.join(prefixes)} (policy.allowedImagePrefixes)",
         )
 
+
+def _framework_violations(
+    spec: TrainingJobSpec, policy: TenantPolicy, q: str
+) -> Iterator[Violation]:
+    """The job's framework, when policy.allowedFrameworks lists others only."""
     frameworks = tuple(policy.allowed_frameworks)
     if frameworks and spec.framework.name not in frameworks:
-        out.append(
-            Violation(
-                "spec.framework.name",
-                f"framework {spec.framework.name} is not allowed by {q}: allowed are "
-                f"{', '.join(frameworks)} (policy.allowedFrameworks)",
-            )
+        yield Violation(
+            "spec.framework.name",
+            f"framework {spec.framework.name} is not allowed by {q}: allowed are "
+            f"{', '.join(frameworks)} (policy.allowedFrameworks)",
         )
 
-    rng = policy.cuda
-    if rng is not None and (rng.min or rng.max):
-        have = cuda or parse_version(spec.cuda)
-        lo, hi = parse_version(rng.min), parse_version(rng.max)
-        if have is None:
-            out.append(
-                Violation(
-                    "spec.cuda",
-                    f"the job's CUDA version is unknown and {q} limits CUDA (policy.cuda): "
-                    "set spec.cuda",
-                )
-            )
-        else:
-            mm = tuple(have[:2])
-            if lo is not None and mm < tuple(lo[:2]):
-                out.append(
-                    Violation(
-                        "spec.cuda",
-                        f"CUDA {_version_text(mm)} is below {q}'s minimum {rng.min} "
-                        "(policy.cuda.min)",
-                    )
-                )
-            if hi is not None and mm > tuple(hi[:2]):
-                out.append(
-                    Violation(
-                        "spec.cuda",
-                        f"CUDA {_version_text(mm)} is above {q}'s maximum {rng.max} "
-                        "(policy.cuda.max)",
-                    )
-                )
 
+def _cuda_violations(
+    spec: TrainingJobSpec, policy: TenantPolicy, q: str, cuda: tuple[int, ...] | None
+) -> Iterator[Violation]:
+    """The job's CUDA (major.minor) outside policy.cuda, or unknown while a range is set."""
+    rng = policy.cuda
+    if rng is None or not (rng.min or rng.max):
+        return
+    have = cuda or parse_version(spec.cuda)
+    lo, hi = parse_version(rng.min), parse_version(rng.max)
+    if have is None:
+        yield Violation(
+            "spec.cuda",
+            f"the job's CUDA version is unknown and {q} limits CUDA (policy.cuda): set spec.cuda",
+        )
+        return
+    mm = tuple(have[:2])
+    if lo is not None and mm < tuple(lo[:2]):
+        yield Violation(
+            "spec.cuda",
+            f"CUDA {_version_text(mm)} is below {q}'s minimum {rng.min} (policy.cuda.min)",
+        )
+    if hi is not None and mm > tuple(hi[:2]):
+        yield Violation(
+            "spec.cuda",
+            f"CUDA {_version_text(mm)} is above {q}'s maximum {rng.max} (policy.cuda.max)",
+        )
+
+
+def _gpu_violations(spec: TrainingJobSpec, policy: TenantPolicy, q: str) -> Iterator[Violation]:
+    """The gang's GPUs, when more than policy.maxGpusPerJob."""
     limit = policy.max_gpus_per_job
     if limit is not None and spec.total_gpus > limit:
         parts = ", ".join(
             f"{role}: {r.replicas} x {r.gpus}" for role, r in spec.replica_specs.items() if r.gpus
         )
-        out.append(
-            Violation(
-                "spec.replicaSpecs",
-                f"the job asks for {spec.total_gpus} GPUs ({parts}); {q} allows at most "
-                f"{limit} per job (policy.maxGpusPerJob)",
-            )
+        yield Violation(
+            "spec.replicaSpecs",
+            f"the job asks for {spec.total_gpus} GPUs ({parts}); {q} allows at most "
+            f"{limit} per job (policy.maxGpusPerJob)",
         )
-
-    for role, r in spec.replica_specs.items():
-        out.extend(_template_violations(role, r.template, policy, q, prefixes))
-    return tuple(out)
 
 
 def _template_violations(  # noqa: C901, PLR0912 - one branch per pod-template escalation the policy can refuse
