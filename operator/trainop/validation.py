@@ -12,6 +12,7 @@ The names come from `manifests` / `frameworks` / `dra`:
   ConfigMap <job>-config, SSH Secret <job>-ssh-<uid digest>, ResourceClaimTemplate <job>-<role>-gpu-nic
                                                    DNS-1123 subdomain, at most 253 characters
   label trainop.dev/job-name = <job>               label value, at most 63 characters
+  label kueue.x-k8s.io/queue-name = spec.queue      (Kueue mode) label value, at most 63
 Rules: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/ and
 https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set
 """
@@ -27,7 +28,13 @@ from trainop.api.trainingjob import TrainingJobSpec
 from trainop.dra import template_name
 from trainop.frameworks import config_map_name, ssh_secret_name
 from trainop.manifests import pod_name
-from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
+from trainop.planner import (
+    KUEUE_QUEUE_LABEL,
+    InvalidJob,
+    OperatorConfig,
+    check_semantics,
+    parse_spec,
+)
 
 DNS_LABEL_MAX = 63
 DNS_SUBDOMAIN_MAX = 253
@@ -193,4 +200,19 @@ def _check(body: Mapping[str, Any], config: OperatorConfig | None) -> TrainingJo
     spec = parse_spec(body)
     check_semantics(spec, config)
     check_names((body.get("metadata") or {}).get("name", ""), spec)
+    if config is not None:
+        check_queue_label(spec, config)
     return spec
+
+
+def check_queue_label(spec: TrainingJobSpec, config: OperatorConfig) -> None:
+    """Under Kueue (`external_queue: kueue`) spec.queue becomes every pod's
+    kueue.x-k8s.io/queue-name label, a label value of at most 63 characters: a longer
+    TrainingQueue name (a DNS subdomain, up to 253) would have every pod refused (422)."""
+    queue = spec.queue or ""
+    if config.external_queue == "kueue" and len(queue) > LABEL_VALUE_MAX:
+        raise InvalidJob(
+            "spec.queue",
+            f"{len(queue)} characters: under Kueue it is the pods' {KUEUE_QUEUE_LABEL} "
+            f"label, at most {LABEL_VALUE_MAX} characters; name a LocalQueue that fits",
+        )

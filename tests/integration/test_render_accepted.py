@@ -105,6 +105,7 @@ FLEETS = {
 CONFIGS = {
     "default": OperatorConfig(),
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
+    "kueue": OperatorConfig(external_queue="kueue"),  # Kueue's pod-group labels
 }
 
 # --- the jobs -----------------------------------------------------------------------------
@@ -128,6 +129,13 @@ VERSIONS = _versions()
 CUDAS = ["10.2", "11.8", "12.0", "12.2", "12.4", "12.6", "12.8", "13.0", "13.3"]
 OWN_IMAGE = "registry.example.com/team/trainer:1.0"
 IMAGES = [OWN_IMAGE, "nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/tensorflow:25.01-tf2-py3"]
+NCCL_ENVS = [
+    {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"},
+    {"NCCL_IB_HCA": "=mlx5_0", "NCCL_IB_DISABLE": "0"},
+    {"my.setting": "1", "NCCL_ALGO": ""},
+]
+# spec.queue is a DNS subdomain of up to 253 characters (a TrainingQueue name)
+QUEUES = ["nlp", "team.nlp", "q" * 63, "q" * 64, "q" * 120]
 PRODUCTS = [H100, A100, V100, T4, f"{A100}-MIG-1g.10gb"]
 
 names = st.one_of(
@@ -322,7 +330,10 @@ def training_jobs(draw: st.DrawFn, namespace: str) -> dict[str, Any]:
     if sharing and (one_gpu or draw(st.integers(0, 9)) == 0):  # else render refuses it
         b.set("gpuSharing", sharing)
     if draw(st.booleans()):
-        b.set("ncclEnv", {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"})
+        b.set("ncclEnv", draw(st.sampled_from(NCCL_ENVS)))
+    queue = _maybe(draw, QUEUES)
+    if queue:
+        b.queue(queue)
     if draw(st.booleans()):
         b.priority(PRIORITY_CLASS)
     return b.build()

@@ -8,10 +8,11 @@ import pytest
 
 from tests.builders import job
 from trainop.api.trainingjob import TrainingJobSpec
-from trainop.planner import InvalidJob, parse_spec
+from trainop.planner import InvalidJob, OperatorConfig, parse_spec
 from trainop.validation import (
     check_names,
     check_priority_class,
+    check_queue_label,
     longest_pod_name,
     max_job_name_length,
 )
@@ -140,3 +141,28 @@ def test_queue_and_priority_class_names_are_checked_by_the_schema() -> None:
     with pytest.raises(InvalidJob) as err:
         parse_spec(body)
     assert err.value.field in ("spec.queue", "spec.priorityClassName")
+
+
+KUEUE = OperatorConfig(external_queue="kueue")
+
+
+@pytest.mark.parametrize(
+    ("queue", "config", "ok"),
+    [
+        pytest.param(None, KUEUE, True, id="no-queue"),
+        pytest.param("q" * 63, KUEUE, True, id="kueue-63"),
+        pytest.param("q" * 64, KUEUE, False, id="kueue-64"),  # every pod was refused (422)
+        pytest.param("q" * 64, OperatorConfig(), True, id="own-queues-take-253"),
+    ],
+)
+def test_check_queue_label(queue: str | None, config: OperatorConfig, ok: bool) -> None:
+    b = job()
+    if queue:
+        b.queue(queue)
+    job_spec = parse_spec(b.build())
+    if ok:
+        check_queue_label(job_spec, config)
+        return
+    with pytest.raises(InvalidJob) as err:
+        check_queue_label(job_spec, config)
+    assert err.value.field == "spec.queue" and "at most 63" in err.value.detail

@@ -32,7 +32,8 @@ from trainop.cli.inputs import (
 )
 from trainop.config import ConfigError, load_operator_config
 from trainop.inventory import Snapshot, build_snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, parse_spec, plan_job
+from trainop.validation import check_queue_label
 from trainop.yamlio import dump_yaml_all
 
 EXIT_PLACED = 0
@@ -127,6 +128,7 @@ def _plan(
     who: str, body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
 ) -> Rendered:
     try:
+        check_queue_label(parse_spec(body), config)  # as the operator's checked_spec does
         result = plan_job(body, snapshot, config, gated=True)
     except InvalidJob as exc:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {exc.field}: {exc.detail}"])
