@@ -476,10 +476,6 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     state.rejected[key] = body["metadata"].get("generation")
 
 
-def _describe(exc: Exception) -> str:
-    return classify(exc).message
-
-
 def _counts_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """A starting gang whose only change is its pod counts: not worth a write per pod (in a
     burst that is most of the writes); the counts go out with the next real change."""

@@ -67,10 +67,6 @@ class GangRequest:
         if len(set(roles)) != len(roles):
             raise ValueError(f"duplicate roles in gang {self.job}: {roles}")
 
-    @property
-    def gpu_total(self) -> int:
-        return sum(g.replicas * g.gpus for g in self.groups)
-
 
 @dataclass(frozen=True)
 class Assignment:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
@@ -39,8 +38,6 @@ _OUT_OF_LINE = TERMINAL_PHASES
 @dataclass(frozen=True)
 class PassResult:
     decisions: Decisions
-    queue_of: Mapping[str, str]  # job key -> queue name
-    queue_errors: tuple[str, ...] = ()
     jobs: Mapping[str, QueuedJob] = field(default_factory=dict)
     broken: Mapping[str, QueueConfigError] = field(default_factory=dict)  # queue -> error
     # Every body's intake this pass (None: out of line), for the caller to keep and hand
@@ -152,7 +149,6 @@ class Inputs:
     """What one admission cycle reads besides the jobs: queues, namespaces, priorities."""
 
     queues: tuple[QueueState, ...]  # broken ones too: they still serve their namespaces
-    queue_errors: tuple[str, ...]
     namespace_labels: Mapping[str, Mapping[str, str]]
     priorities: Mapping[str, int]
     broken: Mapping[str, QueueConfigError] = field(default_factory=dict)
@@ -164,8 +160,7 @@ def cycle_inputs(
     priorities: Mapping[str, int],
 ) -> Inputs:
     queues, broken = load_queues(queue_objects)
-    errors = tuple(str(e) for e in broken.values())
-    return Inputs(tuple(queues), errors, namespace_labels, priorities, broken)
+    return Inputs(tuple(queues), namespace_labels, priorities, broken)
 
 
 def intake(
@@ -302,24 +297,4 @@ def decide(
         placer,
         topology_wait_seconds=config.topology_wait_seconds,
     )
-    queue_of = {j.key: j.queue for j in jobs}
-    return PassResult(
-        decisions, queue_of, inputs.queue_errors, {j.key: j for j in jobs}, inputs.broken, intakes
-    )
-
-
-def job_pods_by_key(
-    pods: Sequence[Mapping[str, Any]], bodies: Sequence[Mapping[str, Any]]
-) -> dict[str, list[Mapping[str, Any]]]:
-    """Pods grouped by their owning job's key (label + owner uid must both match)."""
-    uids = {((b.get("metadata") or {}).get("uid")): job_key(b) for b in bodies}
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if c.LABEL_JOB_NAME not in (meta.get("labels") or {}):
-            continue
-        for owner in meta.get("ownerReferences") or []:
-            key = uids.get(owner.get("uid"))
-            if key is not None:
-                out.setdefault(key, []).append(pod)
-    return out
+    return PassResult(decisions, {j.key: j for j in jobs}, inputs.broken, intakes)

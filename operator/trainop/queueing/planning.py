@@ -68,11 +68,6 @@ def fit_of(plan: Plan | Placement, snapshot: Snapshot, ideal: Placement | None =
     )
 
 
-def fleet_key(snapshot: Snapshot) -> tuple[tuple[str, int, bool], ...]:
-    """What an ideal placement depends on: the nodes, their GPUs and schedulability."""
-    return tuple((n.name, n.gpus_allocatable, n.schedulable) for n in snapshot.nodes)
-
-
 class PlannerPlacer:
     """try_place backed by planner.plan_job; `bodies` maps QueuedJob.key to the job body."""
 

@@ -298,7 +298,7 @@ class _Sim:
             job.priority = default_priority
         # The operator's own intake decides the queue and what blocks the job (one function
         # for both, so what simulate shows is what the operator does).
-        inputs = Inputs(tuple(self.queues), (), namespaces, priority_classes)
+        inputs = Inputs(tuple(self.queues), namespaces, priority_classes)
         when = datetime.fromtimestamp(job.submit, UTC).replace(tzinfo=None)
         queued = intake(job.body, (), inputs, self.base, self.config, when)
         if queued is None:  # invalid names and the like: the operator marks it Invalid
