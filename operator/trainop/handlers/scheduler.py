@@ -37,7 +37,7 @@ from trainop.handlers.state import Key, ShellState
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
-from trainop.queueing.model import JobDecision, QueueState
+from trainop.queueing.model import Action, JobDecision, QueueState
 from trainop.reconcile import Admission, backoff_seconds, parse_time
 
 log = logging.getLogger("trainop.scheduler")
@@ -110,7 +110,7 @@ def _backfill_moments(
     for decision in result.decisions.jobs.values():
         job = result.jobs.get(decision.key)
         limit = thresholds.get(decision.queue)
-        if decision.action != "Wait" or job is None or limit is None:
+        if decision.action != Action.WAIT or job is None or limit is None:
             continue
         left = job.waiting_since + limit - now.timestamp()
         if left > 0:
@@ -218,7 +218,7 @@ class AdmissionLoop:
             state.intakes[signature[0]] = (signature, job)
         changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
         for decision in result.decisions.jobs.values():
-            if decision.action == "Preempt":
+            if decision.action == Action.PREEMPT:
                 await self.evict(decision, now)
         await self.publish(result)
         self.cycles += 1
@@ -241,7 +241,7 @@ class AdmissionLoop:
         metrics.ADMISSION_CYCLES.inc()
         metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
         actions = Counter(d.action for d in result.decisions.jobs.values())
-        pending = sum(actions[a] for a in ("Admit", "Wait", "Preempt"))
+        pending = sum(actions[a] for a in (Action.ADMIT, Action.WAIT, Action.PREEMPT))
         level = logging.INFO if pending else logging.DEBUG
         log.log(
             level,
@@ -249,10 +249,10 @@ class AdmissionLoop:
             "%d running; gather %.3f s, decide %.3f s, record %.3f s",
             self.cycles,
             pending,
-            actions["Admit"],
-            actions["Wait"],
-            actions["Preempt"],
-            actions["Keep"],
+            actions[Action.ADMIT],
+            actions[Action.WAIT],
+            actions[Action.PREEMPT],
+            actions[Action.KEEP],
             *phases,
         )
 
@@ -263,10 +263,10 @@ class AdmissionLoop:
         for job_key, decision in result.decisions.jobs.items():
             key = keys.get(job_key)
             body = state.job(key) if key else None
-            if key is None or body is None or decision.action not in ("Admit", "Wait"):
+            if key is None or body is None or decision.action not in (Action.ADMIT, Action.WAIT):
                 continue
             plan = decision.placement.placement if decision.placement is not None else None
-            admitted = decision.action == "Admit" and isinstance(plan, Plan)
+            admitted = decision.action == Action.ADMIT and isinstance(plan, Plan)
             admission = Admission(
                 admitted=admitted,
                 reason=decision.reason,

@@ -66,6 +66,7 @@ from trainop.queueing.model import (
     QUOTA,
     RECLAIM,
     TOPOLOGY,
+    Action,
     Decisions,
     Fit,
     GroupUsage,
@@ -144,7 +145,9 @@ class _Pass:
                 continue
             q = self.queues.get(job.queue)
             if q is None:  # its queue was deleted: it keeps running, charged nowhere
-                self.decisions[job.key] = JobDecision(job.key, job.queue, "Keep", gpus=job.gpus)
+                self.decisions[job.key] = JobDecision(
+                    job.key, job.queue, Action.KEEP, gpus=job.gpus
+                )
                 continue
             group = ANY_GROUP if q.unlimited else group_of(q, job.product)
             self.ledger.charge(q.name, group, job.gpus)
@@ -152,7 +155,7 @@ class _Pass:
             self.decisions[job.key] = JobDecision(
                 job.key,
                 q.name,
-                "Keep",
+                Action.KEEP,
                 group=group,
                 gpus=job.gpus,
                 borrowed=0,
@@ -166,7 +169,7 @@ class _Pass:
                 self.decisions[job.key] = JobDecision(
                     job.key,
                     job.queue,
-                    "Wait",
+                    Action.WAIT,
                     job.blocked_reason,
                     job.blocked_message,
                     gpus=job.gpus,
@@ -176,7 +179,7 @@ class _Pass:
                 self.decisions[job.key] = JobDecision(
                     job.key,
                     job.queue,
-                    "Wait",
+                    Action.WAIT,
                     POLICY,
                     f"spec.queue: TrainingQueue {job.queue} does not exist",
                     gpus=job.gpus,
@@ -277,7 +280,7 @@ class _Pass:
         self.decisions[job.key] = JobDecision(
             job.key,
             q.name,
-            "Wait",
+            Action.WAIT,
             outcome.reason,
             outcome.message,
             position=self.next_position(q),
@@ -374,7 +377,7 @@ class _Pass:
         self.decisions[job.key] = JobDecision(
             job.key,
             q.name,
-            "Wait",
+            Action.WAIT,
             TOPOLOGY,
             wait.message,
             position=self.next_position(q),
@@ -395,7 +398,7 @@ class _Pass:
         self.decisions[job.key] = JobDecision(
             job.key,
             q.name,
-            "Admit",
+            Action.ADMIT,
             "Admitted",
             f"admitted by queue {q.name}: {gpus}{lend}{where}",
             group=k,
@@ -426,7 +429,7 @@ class _Pass:
             self.decisions[r.key] = JobDecision(
                 r.key,
                 r.queue,
-                "Preempt",
+                Action.PREEMPT,
                 plan.reason,
                 msg,
                 group=r.group,
@@ -442,7 +445,7 @@ class _Pass:
         self.decisions[job.key] = JobDecision(
             job.key,
             q.name,
-            "Wait",
+            Action.WAIT,
             why.reason,
             f"{why.message}; preempting {count} job{'s' if count > 1 else ''} ({names}) "
             f"({plan.reason})",
@@ -495,7 +498,7 @@ class _Pass:
                 if d.admitted:
                     admitted += 1
                     used[d.group or ANY_GROUP] += d.gpus
-                elif d.action == "Wait":
+                elif d.action == Action.WAIT:
                     waiting += 1
                     if d.group:
                         pending[d.group] += d.gpus

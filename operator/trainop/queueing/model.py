@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from pydantic import ValidationError
@@ -44,7 +45,14 @@ ANY_GROUP = "any"
 # queue's quotas changed under a running job): shown in status with quota 0, i.e. borrowed.
 UNGROUPED = "other"
 
-Action = Literal["Admit", "Keep", "Wait", "Preempt"]
+
+class Action(StrEnum):
+    """What a JobDecision does with its job; each equals its string ("Admit" == Action.ADMIT)."""
+
+    ADMIT = "Admit"  # newly admitted: create the gang
+    WAIT = "Wait"  # stays pending, with a reason
+    PREEMPT = "Preempt"  # admitted, to be evicted now
+    KEEP = "Keep"  # admitted before, stays
 
 
 class QueueConfigError(ValueError):
@@ -322,7 +330,7 @@ class JobDecision:
 
     @property
     def admitted(self) -> bool:
-        return self.action in ("Admit", "Keep")
+        return self.action in (Action.ADMIT, Action.KEEP)
 
 
 @dataclass(frozen=True)
@@ -382,13 +390,13 @@ class Decisions:
     @property
     def admitted(self) -> tuple[JobDecision, ...]:
         """Newly admitted jobs."""
-        return self.by_action("Admit")
+        return self.by_action(Action.ADMIT)
 
     @property
     def waiting(self) -> tuple[JobDecision, ...]:
-        return self.by_action("Wait")
+        return self.by_action(Action.WAIT)
 
     @property
     def preempted(self) -> tuple[JobDecision, ...]:
         """Victims: admitted jobs to evict now."""
-        return self.by_action("Preempt")
+        return self.by_action(Action.PREEMPT)

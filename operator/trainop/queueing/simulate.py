@@ -38,6 +38,7 @@ from trainop.queueing.admission import admit
 from trainop.queueing.cluster import Inputs, intake
 from trainop.queueing.model import (
     POLICY,
+    Action,
     Decisions,
     Fit,
     Placer,
@@ -333,7 +334,7 @@ class _Sim:
             last = self.admission_pass(now)
             if last is None:
                 return
-            if not any(d.action in ("Admit", "Preempt") or d.victims for d in last):
+            if not any(d.action in (Action.ADMIT, Action.PREEMPT) or d.victims for d in last):
                 self.usage.append((now, last.usage))
                 return
         raise RuntimeError(f"admission did not settle at t={now:g}s")
@@ -356,12 +357,12 @@ class _Sim:
             self.evict(self.jobs[d.key], now, d.preemptor, d.reason)
         for d in decisions:
             job = self.jobs[d.key]
-            if d.action == "Admit" and d.placement is not None:
+            if d.action == Action.ADMIT and d.placement is not None:
                 self.start(job, now, d.placement)
-            elif d.action == "Wait" and d.victims and d.placement is not None:
+            elif d.action == Action.WAIT and d.victims and d.placement is not None:
                 job.note(now, d.reason, d.message)
                 self.start(job, now, d.placement)
-            elif d.action == "Wait" and job.state == "Pending":
+            elif d.action == Action.WAIT and job.state == "Pending":
                 job.note(now, d.reason, d.message)
         return decisions
 
