@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tests.builders import A100, H100, T4, V100, JobBuilder, node
+from tests.builders import A100, H100, T4, V100, JobBuilder, fabric_profile, node
 from tests.integration.conftest import CLUSTER_NAME, Kube, repo_root
 from trainop.api import constants as c
 from trainop.catalog import load_catalog
@@ -102,10 +102,35 @@ FLEETS = {
     "tests/real/fleet-real.yaml": _real_fleet(),
     "sharing": _sharing_fleet(),
 }
+# FabricProfiles with every field that reaches a pod: Multus annotation, RDMA resource,
+# /dev/shm size, NCCL env.
+FABRIC_PROFILES = (
+    fabric_profile("roce-h100")
+    .fabric("RoCE")
+    .selector(**{c.GFD_PRODUCT: H100})
+    .set("rdmaResource", "nvidia.com/hostdev")
+    .set("rdmaResourcePerPod", 2)
+    .set("hcas", ["mlx5_0", "mlx5_1"])
+    .set("gidIndex", 3)
+    .set("trafficClass", 106)
+    .set("socketIfname", "net1")
+    .set("multusNetworks", "default/roce-a,default/roce-b")
+    .set("shmSize", "32Gi")
+    .set("extraEnv", {"NCCL_IB_TIMEOUT": "22"})
+    .priority(10)
+    .model(),
+    fabric_profile("ib-a100")
+    .selector(**{c.GFD_PRODUCT: A100})
+    .set("rdmaResource", "rdma/rdma_shared_device_a")
+    .set("sharp", True)
+    .set("debugEnv", {"NCCL_ALGO": "Ring"})
+    .model(),
+)
 CONFIGS = {
     "default": OperatorConfig(),
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
     "kueue": OperatorConfig(external_queue="kueue"),  # Kueue's pod-group labels
+    "fabrics": OperatorConfig(fabric_profiles=FABRIC_PROFILES),
 }
 
 # --- the jobs -----------------------------------------------------------------------------
