@@ -1,1 +1,1 @@
-"""kopf handlers, indexes, timers and settings: the thin shell around the pure planner."""
+"""kopf handlers and settings, shell state, admission loop: the thin shell around the planner."""

@@ -16,7 +16,7 @@ A cycle:
      thread so the watches keep flowing.
   3. Records every admitted gang as assumed (its GPUs count as used from then on) and
      stores each job's verdict; jobs whose verdict changed are reconciled.
-No decision is made before the state is synced (every watch listed in full).
+No decision is made before the state is synced (every watched kind listed in full at start-up).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The operator shell's whole state in one explicit object: caches, assumed gangs, decisions.
 
-Neighbours: `handlers.operator` feeds it from kopf's watch events (index functions on
-upsert, event handlers on delete) and reads it in the job reconcile; `handlers.scheduler`
-runs the admission cycle over it. It never talks to the API server and never imports kopf,
+Neighbours: `handlers.operator` fills it at start-up from its own full listing of every
+watched kind (`load`, then `mark_synced`), keeps it current from kopf's event handlers
+(`upsert_*` / `remove_*`) and reads it in the job reconcile; `handlers.scheduler` runs the
+admission cycle over it. It never talks to the API server and never imports kopf,
 so its unit tests drive it with plain dicts.
 
 What it keeps, and how it stays current without rebuilding:

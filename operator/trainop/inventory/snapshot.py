@@ -1,7 +1,7 @@
 """Nodes and Pods (API dicts) -> a frozen cluster snapshot: GPUs, free capacity, topology, health.
 
-Neighbours: fed by handlers' in-memory indexes, the CLI's fleet files and the simulator; read by
-placement, queueing and the planner. Pure: no Kubernetes client, no clock.
+Neighbours: fed by the operator's shell state (`handlers.state`), the CLI's fleet files and the
+simulator; read by placement, queueing and the planner. Pure: no Kubernetes client, no clock.
 
 Topology path. Each node gets `topology`, (label key, value) pairs from the top configured level
 down to the node, e.g. (("trainop.dev/block", "b1"), ("trainop.dev/rack", "r3"),

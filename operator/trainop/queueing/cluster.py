@@ -1,9 +1,11 @@
 """One admission pass over the cluster's TrainingJobs, TrainingQueues and pods (pure).
 
-The operator calls `admission_pass` with what its indexes hold; it turns job bodies and
-their pods into `QueuedJob`s (queue resolved, tenant policy checked, GPUs held by live
-pods), runs `queueing.admit` with the planner as placer, and returns the decisions plus
-each queue's usage for its status.
+The operator's admission loop (`handlers.scheduler`) calls `decide` with what its
+`ShellState` holds, handing back the intakes it kept from earlier cycles for jobs that did not
+change; `decide` turns the other job bodies and their pods into `QueuedJob`s (`intake`: queue
+resolved, tenant policy checked, GPUs held by live pods), runs `queueing.admit` with the planner
+as placer, and returns the decisions, each queue's usage for its status and every intake
+(`PassResult`). `admission_pass` does the same from raw queue objects, for tests and tools.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """TrainingQueue status bodies from one admission pass: usage, counts and the Active condition.
 
-Neighbours: `queueing.cluster.admission_pass` yields the usage of every usable queue and the
+Neighbours: `queueing.cluster.decide` yields the usage of every usable queue and the
 error of every broken one (`PassResult.broken`); the operator's handlers patch what
 `queue_statuses` returns onto each TrainingQueue's status subresource. Pure: the clock and
 the stored statuses (for lastTransitionTime) are arguments.
