@@ -992,7 +992,29 @@ def cluster_with(nodes: int, rack: int) -> Any:
         lc.up(str(fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     lc.kubectl("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    _wait_untainted(lc, 900)
     return lc
+
+
+_STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _wait_untainted(lc: Any, timeout: float) -> None:
+    """Wait until the node lifecycle controller has lifted the start-up taints from every
+    node. Ready comes first; on a busy machine the taint of a thousand new nodes lingers
+    for minutes, and the bare-pod baseline (which tolerates every taint) would get nodes
+    that a TrainingJob, rightly, may not use yet."""
+    deadline = time.monotonic() + timeout
+    tainted = -1
+    while time.monotonic() < deadline:
+        out = lc.kubectl(
+            "get", "nodes", "-o", "jsonpath={range .items[*]}{.spec.taints}{'\\n'}{end}"
+        )
+        tainted = sum(any(t in line for t in _STARTUP_TAINTS) for line in out.stdout.splitlines())
+        if tainted == 0:
+            return
+        time.sleep(5)
+    print(f"bench: {tainted} nodes still carry a start-up taint after {timeout:.0f} s", flush=True)
 
 
 def burst(

@@ -139,7 +139,11 @@ class Plan:
     # tens of ms to render, time every other pending job of the cycle would wait for).
     # Two plans with the same image and placement are equal; the factory is not compared.
     build_pods: Callable[[], tuple[dict[str, Any], ...]] = field(compare=False, repr=False)
-    service: dict[str, Any]
+    # The headless Service, for gangs of several pods only: a one-pod gang reaches itself
+    # through its own hostname, which the kubelet writes into the pod's /etc/hosts with
+    # the subdomain (https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-hostname-and-subdomain-fields),
+    # and a Service per single-pod job was one API write in six of a burst's happy path.
+    service: dict[str, Any] | None
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
     claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
@@ -162,7 +166,7 @@ class Plan:
 
     @property
     def objects(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [self.service]
+        out: list[dict[str, Any]] = [self.service] if self.service else []
         if self.config_map:
             out.append(self.config_map)
         out.extend(self.claim_templates)
@@ -548,7 +552,11 @@ def build_plan(
         placement=placement,
         job=ref.name,
         build_pods=build_pods,
-        service=build_service(ref, sorted({p for plan in pod_plans for p in plan.ports})),
+        service=(
+            build_service(ref, sorted({p for plan in pod_plans for p in plan.ports}))
+            if len(pod_plans) > 1
+            else None
+        ),
         config_map=config_map,
         secret_name=ssh_secret,
     )

@@ -231,8 +231,11 @@ class _Status:
             self.new.pop(key, None)
         self.enter("Queued", reason, message)
 
-    def enter(self, phase: str, reason: str, message: str, warning: bool = False) -> None:
-        """Move to `phase` (idempotent): its condition True, exclusive ones False, one Event."""
+    def enter(
+        self, phase: str, reason: str, message: str, warning: bool = False, event: bool = True
+    ) -> None:
+        """Move to `phase` (idempotent): its condition True, exclusive ones False, one Event
+        (none with `event=False`: the condition alone says it; see docs/operator.md)."""
         changed = self.old.get("phase") != phase
         self.new["phase"] = phase
         if phase != "Invalid":
@@ -247,7 +250,7 @@ class _Status:
         self.cond(phase, True, reason, message)
         if phase not in ("Queued", "Invalid", "Suspended"):
             self.cond("Created", True, "PodsCreated" if phase != "Created" else reason)
-        if changed or self._news(phase, reason, message):
+        if event and (changed or self._news(phase, reason, message)):
             self.events.append(("Warning" if warning else "Normal", reason, message))
 
     def _news(self, phase: str, reason: str, message: str) -> bool:
@@ -516,7 +519,9 @@ def _on_running(ctx: _Ctx) -> Actions:
         if done is not None:
             return done
     if all(_phase(p) in ("Running", "Succeeded") for p in ctx.live):
-        ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running")
+        # No Event: a gang reaching Running is the expected outcome of its GangPlaced Event
+        # (one Event per admission, as Kueue posts), and the condition and phase say it.
+        ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running", event=False)
         # Nothing to poll: pod and node events bring the job back; only a node that is
         # NotReady but still within its grace needs a look when the grace ends.
         return ctx.finish(requeue=_grace_left(ctx))

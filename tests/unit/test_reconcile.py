@@ -226,7 +226,7 @@ CASES = [
         phase="Running",
         reason="AllPodsRunning",
         message="2 pods running",
-        events=(("Normal", "AllPodsRunning"),),
+        events=(),  # the phase and condition say it; the admission had its Event
         requeue=None,
         status={
             "replicaStatuses": {"Worker": {"pending": 0, "running": 2, "succeeded": 0, "failed": 0}}
@@ -601,7 +601,7 @@ CASES = [
         (pod(W0).running(), pod(W1).running(), pod(W2).running()),
         phase="Running",
         delete=(W2,),
-        events=(("Normal", "AllPodsRunning"),),  # "3 pods running" replaces "2 pods running"
+        events=(),  # "3 pods running" replaces "2 pods running" in the condition; no Event
         requeue=None,
     ),
     Case(
@@ -1360,14 +1360,7 @@ def test_lifecycle_walk_with_one_gang_restart() -> None:
     assert not k.job_deleted
     k.reconcile(after=20)
     assert k.job_deleted
-    assert k.events == [
-        "GangPlaced",
-        "AllPodsRunning",
-        "GangRestart",
-        "GangPlaced",
-        "AllPodsRunning",
-        "JobSucceeded",
-    ]
+    assert k.events == ["GangPlaced", "GangRestart", "GangPlaced", "JobSucceeded"]
 
 
 def test_operator_dying_mid_create_converges_without_duplicates() -> None:
@@ -1403,7 +1396,7 @@ def test_suspend_then_resume() -> None:
     k.body["spec"]["runPolicy"] = {"suspend": False}
     k.reconcile()
     assert (k.phase, sorted(k.pods)) == ("Admitted", [W0, W1])
-    assert k.events == ["GangPlaced", "AllPodsRunning", "Suspended", "GangPlaced"]
+    assert k.events == ["GangPlaced", "Suspended", "GangPlaced"]
 
 
 def test_fleet_has_the_nodes_the_table_relies_on() -> None:
