@@ -218,12 +218,28 @@ def image_pull_failure(pod: Mapping[str, Any]) -> tuple[Failure, bool] | None:
         if reason in PULL_RETRYING or reason in PULL_PERMANENT:
             image = cs.get("image") or _spec_image(pod, cs.get("name")) or "?"
             detail = (waiting or {}).get("message") or reason
-            msg = (
-                f"pod {name} cannot pull image {image} ({reason}: {detail}): fix spec.image "
-                "(or the template's image), or the registry credentials (imagePullSecrets)"
-            )
+            msg = f"pod {name} cannot pull image {image} ({reason}: {detail}): {_pull_fix(image)}"
             return Failure(IMAGE_PULL, name, msg), reason in PULL_PERMANENT
     return None
+
+
+# The registry name of the images `trainop images build` makes (trainop.cluster.images):
+# they are never pulled from anywhere, only imported into the local nodes' containerd.
+LOCAL_IMAGE_REGISTRY = "trainop.local/"
+
+
+def _pull_fix(image: str) -> str:
+    """What the user should do about an image that cannot be pulled."""
+    if image.startswith(LOCAL_IMAGE_REGISTRY):
+        return (
+            "this image is built on this machine, not pulled: build it with `trainop images "
+            "build` and load it into the real nodes with `trainop cluster up --real-nodes N` "
+            "(which imports every image already built), or push it to a registry with "
+            "`trainop images push` and name that"
+        )
+    return (
+        "fix spec.image (or the template's image), or the registry credentials (imagePullSecrets)"
+    )
 
 
 def _spec_image(pod: Mapping[str, Any], container: Any) -> str | None:

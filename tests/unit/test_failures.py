@@ -304,3 +304,19 @@ def test_each_failure_is_counted_once() -> None:
     metrics.observe_failure({"lastFailure": failure}, {"lastFailure": failure})  # same one again
     metrics.observe_failure({"lastFailure": failure}, {})
     assert count("OOMKilled") == before + 1
+
+
+def test_a_locally_built_image_that_is_missing_says_how_to_load_it() -> None:
+    """An image of `trainop images build` is never pulled: the message names the commands
+    that build it and load it into the real nodes."""
+    from trainop.cluster import images
+    from trainop.failures import LOCAL_IMAGE_REGISTRY
+
+    assert LOCAL_IMAGE_REGISTRY == images.REGISTRY + "/"
+    got = image_pull_failure(
+        pod(P).image_pull("ErrImagePull", images.image_ref("pytorch-cpu")).build()
+    )
+    assert got is not None
+    message = got[0].message
+    assert "trainop images build" in message and "trainop cluster up --real-nodes" in message
+    assert "fix spec.image" not in message

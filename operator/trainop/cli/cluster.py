@@ -74,6 +74,8 @@ def up(name: str, bin_dir: str | None, fleet_path: str | None, real_nodes: int) 
     lc = LocalCluster(name=name, bin_dir=bin_dir)
     try:
         lc.up(fleet_path, real_nodes=real_nodes)
+        if real_nodes:  # images built before (any cluster) run here without a rebuild
+            lc.import_built_images()
     except (ClusterError, FleetError, binaries.BuildError, RealNodeError, ImageError) as exc:
         _fail(exc)
     click.echo(f"export KUBECONFIG={lc.kubeconfig}")

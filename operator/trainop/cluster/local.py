@@ -228,6 +228,21 @@ class LocalCluster:
             )
         self._wait_nodes_ready([n.name for n in nodes], timeout)
 
+    def import_built_images(self) -> list[str]:
+        """Import every image `trainop images build` already built (cached archives) into
+        each real node's containerd, so a fresh cluster runs them without building again.
+        Returns the image refs imported."""
+        rn = self.real_nodes()
+        done = []
+        for name, ref, built in images.list_images():
+            if not built or name == "pause":
+                continue
+            for node in rn.existing():
+                _say(f"importing {ref} into {node.name}")
+                rn.import_image(node, images.archive_path(name), ref)
+            done.append(ref)
+        return done
+
     def apiserver_for_pods(self) -> tuple[str, int]:
         """The address and port the `kubernetes` Service's endpoints name.
 
