@@ -55,6 +55,21 @@ def core(kube: Kube) -> client.CoreV1Api:
     return client.CoreV1Api(config.new_client_from_config(config_file=kube.kubeconfig))
 
 
+@pytest.fixture(autouse=True)
+def _a100s_free(kube: Kube, core: client.CoreV1Api) -> None:
+    """Earlier tests of the session may still be tearing down jobs on the A100s."""
+
+    def busy() -> list[str]:
+        return [
+            p.metadata.name
+            for p in core.list_pod_for_all_namespaces().items
+            if p.status.phase not in ("Succeeded", "Failed")
+            and ("a100-" in str(p.spec.node_name) or "a100-" in str(p.spec.affinity))
+        ]
+
+    kube.wait_for("the A100s free", lambda: not busy(), timeout=180)
+
+
 @pytest.fixture
 def next_ns(kube: Kube, namespace: str) -> Iterator[str]:
     """A second namespace for the job that must be admitted next."""
