@@ -57,8 +57,16 @@ def real_cluster() -> Iterator[LocalCluster]:
 def real_kube(real_cluster: LocalCluster) -> Kube:
     kube = Kube(real_cluster)
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
-    kube.run("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    # Polled, not `kubectl wait`: kubectl 1.36 fails at once ("status.conditions accessor
+    # error") when it reads the CRD before the API server has written any condition.
+    kube.wait_for("the TrainingJob CRD to be established", lambda: _established(kube))
     return kube
+
+
+def _established(kube: Kube) -> bool:
+    crd = kube.maybe_get("crd", "trainingjobs.trainop.dev") or {}
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(scope="session")

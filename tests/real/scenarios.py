@@ -133,3 +133,30 @@ PADDLE_LINE = re.compile(
     r"loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK"
 )
 MXNET_LINE = re.compile(r"mxnet: workers=(\d+) servers=(\d+) pulled=(\d+) expected=(\d+) OK")
+
+
+def run_failing(
+    target: Target, ns: str, file: str, role: str, command: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """examples/real/<file> with `role`'s command replaced and restartPolicy ExitCode: wait
+    for Failed; return the job and the names of its pods still present and not finished."""
+    job = example(target, file, ns)
+    job["spec"]["replicaSpecs"][role]["template"]["spec"]["containers"][0]["command"] = command
+    job["spec"]["runPolicy"] = {"restartPolicy": "ExitCode", "backoffLimit": 3}
+    kube, name = target.kube, job["metadata"]["name"]
+    kube.apply(job)
+    kube.wait_for(f"{ns}/{name} to fail", lambda: phase(kube, ns, name) == "Failed", JOB_TIMEOUT)
+    tj = kube.get("trainingjob", name, "-n", ns)
+
+    def running() -> list[str]:
+        pods = kube.get("pods", "-n", ns)["items"]
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["name"].startswith(f"{name}-")
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    kube.wait_for(f"{ns}/{name}'s pods to be stopped", lambda: not running() or None, 60)
+    return dict(tj), running()

@@ -5,10 +5,16 @@ its framework's local image (trainop.cluster.images: tensorflow-cpu, jax-cpu, pa
 mxnet-cpu). The scripts read nothing but the env, ports, Service and ConfigMap trainop
 renders, and print a number the test checks: a distributed job that runs with wrong
 wiring hangs or fails, and one that runs prints a wrong number.
+
+One failure path, on the parameter-server family (MXNet), where a failed worker leaves a
+scheduler and a server that would wait for ever: a worker command that exits 3 fails the
+job (restartPolicy ExitCode, failure class ExitCode, not retried) and stops the rest of
+the gang. (A killed worker restarting the gang is tests/real/test_1_training.py's.)
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -20,6 +26,7 @@ from tests.real.scenarios import (
     TF_LINE,
     Target,
     run_example,
+    run_failing,
 )
 from trainop.cluster import images
 from trainop.cluster.local import LocalCluster
@@ -32,7 +39,9 @@ def fw_target(target: Target, real_cluster: LocalCluster) -> Target:
     for name in images.FRAMEWORK_IMAGES:
         archive = images.build_image(name, print)
         for node in rn.existing():
+            started = time.monotonic()
             rn.import_image(node, archive, images.image_ref(name))
+            print(f"imported {name} into {node.name} in {time.monotonic() - started:.0f} s")
     refs = {name: images.image_ref(name) for name in images.FRAMEWORK_IMAGES}
     return replace(target, images={**target.images, **refs})
 
@@ -41,6 +50,7 @@ def test_tensorflow_multiworker_allreduce_and_loss(fw_target: Target, namespace:
     tj, log = run_example(fw_target, namespace, "tensorflow-cpu.yaml")
     match = TF_LINE.search(log)
     assert match, log[-4000:]
+    print(match.group(0))  # the checked line, for the run's record (-s, -rP)
     replicas, err, first, last = match.groups()
     assert int(replicas) == 3  # the Chief and both Workers joined the collective
     assert float(err) < 1e-4  # each replica's all-reduced gradient == the sum over workers
@@ -52,6 +62,7 @@ def test_jax_psum_across_three_processes(fw_target: Target, namespace: str) -> N
     _, log = run_example(fw_target, namespace, "jax-cpu.yaml")
     match = JAX_LINE.search(log)
     assert match, log[-4000:]
+    print(match.group(0))  # the checked line, for the run's record (-s, -rP)
     assert [int(g) for g in match.groups()] == [3, 3, 6, 6]
     assert log.count("sees psum=6") == 3  # every process got the sum, not only rank 0
 
@@ -60,6 +71,7 @@ def test_paddle_collective_allreduce_and_training(fw_target: Target, namespace: 
     _, log = run_example(fw_target, namespace, "paddle-cpu.yaml")
     match = PADDLE_LINE.search(log)
     assert match, log[-4000:]
+    print(match.group(0))  # the checked line, for the run's record (-s, -rP)
     world, total, expected, first, last = match.groups()
     assert (int(world), int(total), int(expected)) == (2, 3, 3)
     assert float(last) < float(first) / 10
@@ -69,5 +81,18 @@ def test_mxnet_dist_sync_kvstore_sum(fw_target: Target, namespace: str) -> None:
     _, log = run_example(fw_target, namespace, "mxnet-cpu.yaml")
     match = MXNET_LINE.search(log)
     assert match, log[-4000:]
+    print(match.group(0))  # the checked line, for the run's record (-s, -rP)
     assert [int(g) for g in match.groups()] == [2, 1, 3, 3]
     assert log.count("pulled [3.0]") == 2  # both workers pulled the sum
+
+
+def test_mxnet_failing_worker_fails_the_job_and_stops_the_gang(
+    fw_target: Target, namespace: str
+) -> None:
+    tj, running = run_failing(
+        fw_target, namespace, "mxnet-cpu.yaml", "Worker", ["python3", "-c", "raise SystemExit(3)"]
+    )
+    failure = tj["status"]["lastFailure"]
+    assert (failure["reason"], failure["exitCode"], failure["retryable"]) == ("ExitCode", 3, False)
+    assert tj["status"].get("restartCount", 0) == 0
+    assert running == []  # the scheduler and server did not outlive the failed job

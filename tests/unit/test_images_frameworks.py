@@ -25,6 +25,7 @@ def test_each_framework_image_pins_its_framework(image: str, pin: str) -> None:
     assert image in images.FRAMEWORK_IMAGES and image in images.ALL_IMAGES
     assert recipe.config.env["PATH"].startswith(f"{images.VENV}/bin:")
     assert "launcher" in recipe.files and "examples" in recipe.files
+    assert "libstdc++6" in recipe.packages  # the compiled modules link it
 
 
 @pytest.mark.parametrize("image", images.FRAMEWORK_IMAGES)

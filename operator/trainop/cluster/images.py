@@ -172,7 +172,9 @@ RECIPES = {
 # The framework images: Debian's python3 and a venv (seeing Debian's site-packages, where
 # trainop-launch lives) with the framework's wheels; /opt/venv/bin comes first on PATH.
 VENV = "/opt/venv"
-FRAMEWORK_PACKAGES = ("python3", "python3-venv", "procps", "iproute2")
+# libstdc++6: every framework's compiled modules link it (mmdebstrap's essential variant
+# has no C++ runtime); the rest of what they link (libc, libgcc_s, libz) is essential.
+FRAMEWORK_PACKAGES = ("python3", "python3-venv", "libstdc++6", "procps", "iproute2")
 FRAMEWORK_CONFIG = oci.ImageConfig(
     env={"PATH": f"{VENV}/bin:{PATH_ENV}", "PYTHONUNBUFFERED": "1"}, workdir="/"
 )
@@ -188,7 +190,7 @@ RECIPES.update(
         for name, pins, extra in (
             ("tensorflow-cpu", wheels.TENSORFLOW, ()),
             ("jax-cpu", wheels.JAX, ()),
-            ("paddle-cpu", wheels.PADDLE, ()),
+            ("paddle-cpu", wheels.PADDLE, ("libgomp1",)),
             # libmxnet.so links libgomp, and its bundled libgfortran.so.3 libquadmath.
             ("mxnet-cpu", wheels.MXNET, ("libgomp1", "libquadmath0")),
         )
