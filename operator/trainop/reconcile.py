@@ -50,6 +50,9 @@ from trainop.validation import check_priority_class, checked_spec
 
 # pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
 QUEUE_INVALID = "QueueInvalid"
+# pendingReason and condition of a job that can never be admitted as written
+# (queueing.model.INADMISSIBLE).
+INADMISSIBLE = "Inadmissible"
 
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
@@ -777,9 +780,11 @@ def _start_gang(ctx: _Ctx) -> Actions:
         # Tenant policy refuses the job as written: never silently altered, never queued.
         st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
         return ctx.finish()
+    _inadmissible_condition(st, admission)
     if not admission.admitted:
-        # A broken queue is the tenant's to fix: the wait is loud (a Warning Event).
-        loud = admission.reason == QUEUE_INVALID
+        # A broken queue is the tenant's to fix, a job that can never be admitted the
+        # user's: the wait is loud (a Warning Event).
+        loud = admission.reason in (QUEUE_INVALID, INADMISSIBLE)
         st.wait(admission.reason, admission.message, admission.position, warning=loud)
         return ctx.finish(requeue=5.0)
     try:
@@ -792,6 +797,18 @@ def _start_gang(ctx: _Ctx) -> Actions:
         st.wait(result.reason, result.message, warning=result.reason == "Incompatible")
         return ctx.finish(requeue=5.0)
     return _create_gang(ctx, result)
+
+
+def _inadmissible_condition(st: _Status, admission: Admission) -> None:
+    """Condition Inadmissible: True with the numbers while the job can never be admitted
+    as written (queueing.inadmissible), False once it can (the queue, the fleet or the job
+    changed)."""
+    if admission.reason == INADMISSIBLE and not admission.admitted:
+        st.cond(INADMISSIBLE, True, INADMISSIBLE, admission.message)
+    elif any(
+        cd.get("type") == INADMISSIBLE and cd.get("status") == "True" for cd in st.new["conditions"]
+    ):
+        st.cond(INADMISSIBLE, False, "Admissible", "the job can be admitted as written now")
 
 
 def _create_gang(ctx: _Ctx, result: Plan) -> Actions:

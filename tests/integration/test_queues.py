@@ -126,3 +126,23 @@ def test_policy_violation_is_refused_not_altered(kube: Kube, tenants: tuple[str,
     cond = next(c for c in st["conditions"] if c["type"] == "Invalid")
     assert cond["reason"] == "PolicyViolation" and "hostNetwork" in cond["message"]
     assert not kube.get("pods", "-n", a, "-l", "trainop.dev/job-name=rooted")["items"]
+
+
+def test_an_impossible_job_is_inadmissible_while_its_queue_runs(
+    kube: Kube, tenants: tuple[str, str]
+) -> None:
+    """10,000 GPUs asked of a queue of 64 (+64 its cohort lends): Inadmissible with the
+    numbers, never the head; a job behind it in the same queue runs."""
+    a, _ = tenants
+    kube.apply(_job(a, "huge", 1250))
+    st = kube.wait_for(
+        "Inadmissible",
+        lambda: (s := _status(kube, a, "huge")).get("pendingReason") == "Inadmissible" and s,
+        timeout=40,
+    )
+    cond = next(c for c in st["conditions"] if c["type"] == "Inadmissible")
+    assert cond["status"] == "True" and "needs 10000 GPUs" in cond["message"]
+    kube.apply(_job(a, "small", 1))
+    kube.wait_for("small Running", lambda: _running_pods(kube, a, "small") == 1, timeout=60)
+    assert _status(kube, a, "huge").get("phase") == "Queued"
+    assert not kube.get("pods", "-n", a, "-l", "trainop.dev/job-name=huge")["items"]

@@ -202,13 +202,15 @@ def test_cuda_13_job_lands_on_h100(tmp_path: Path) -> None:
     assert not any(n and n.startswith(("v100", "a100")) for n in nodes)
 
 
-def test_rack_required_too_big_exits_3_naming_the_rack(tmp_path: Path) -> None:
+def test_rack_required_larger_than_any_rack_never_fits(tmp_path: Path) -> None:
     body = example("pytorch-ddp.yaml")
     body["spec"]["replicaSpecs"]["Worker"]["replicas"] = 20
     result = render(write_jobs(tmp_path, body))
-    assert result.exit_code == 3
+    assert result.exit_code == 4
     assert result.stdout == ""
-    first = result.stderr.splitlines()[0]
+    never, first = result.stderr.splitlines()[:2]
+    assert never.startswith("never fits this fleet: needs 160 GPUs in one rack (Required)")
+    assert "the largest rack has" in never
     assert first.startswith("NoFit: needs 20 x 8 GPUs in one rack (Required)")
     assert "largest rack" in first and "rack-h100-" in first
     assert any(line.startswith("  rack rack-") for line in result.stderr.splitlines()[1:])
@@ -291,8 +293,8 @@ def test_several_jobs_exit_code_is_the_max(tmp_path: Path) -> None:
     assert "team-a/bad: error: spec.replicaSpecs.Worker.gpus" in result.stderr
     assert [o["metadata"]["name"] for o in objects(result) if o["kind"] == "Service"] == ["bert"]
     result = render(write_jobs(tmp_path, ok, invalid, big))
-    assert result.exit_code == 3
-    assert "team-nlp/big: NoFit: " in result.stderr
+    assert result.exit_code == 4  # a Required rack larger than any: never fits
+    assert "team-nlp/big: never fits this fleet: " in result.stderr
 
 
 def test_other_kinds_are_skipped_with_a_note(tmp_path: Path) -> None:
@@ -456,11 +458,11 @@ def test_bad_nodes_file_exits_2(tmp_path: Path, nodes: str, message: str) -> Non
     assert message in result.stderr, result.stderr
 
 
-def test_no_nodes_exits_3(tmp_path: Path) -> None:
+def test_no_nodes_never_fits(tmp_path: Path) -> None:
     p = tmp_path / "nodes.yaml"
     p.write_text("apiVersion: v1\nkind: List\nitems: []\n")
     result = run("render", str(EXAMPLES / "pytorch-ddp.yaml"), "--nodes", str(p))
-    assert result.exit_code == 3
+    assert result.exit_code == 4
     assert "no nodes" in result.stderr
 
 

@@ -200,7 +200,7 @@ def test_a_second_cycle_without_change_reconciles_nobody() -> None:
     first = run_cycle(state)
     assert first.reconciled == [("team-a", "big")]
     verdict = state.decisions[("team-a", "big")]
-    assert not verdict.admission.admitted and verdict.admission.reason == "NoFit"
+    assert not verdict.admission.admitted and verdict.admission.reason == "Inadmissible"
     assert run_cycle(state).reconciled == []
 
 

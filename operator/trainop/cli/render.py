@@ -6,7 +6,9 @@ operator calls turns each TrainingJob into a Plan, rendered exactly as the opera
 it (pods carry the admission scheduling gate), so a render can be diffed against a cluster.
 
 Exit codes (DESIGN.md): 0 placed; 2 invalid (the message names the field) or unreadable
-input; 3 valid but not placeable now (the reason, then its details). With several
+input; 3 valid but not placeable now (the reason, then its details); 4 valid but never
+placeable on this fleet (more GPUs than it has at all, a replica larger than any node, a
+Required domain larger than any: "never fits this fleet" with the numbers). With several
 TrainingJobs in JOB.yaml each is rendered and the exit code is the highest.
 """
 
@@ -33,12 +35,14 @@ from trainop.cli.inputs import (
 from trainop.config import ConfigError, load_operator_config
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, parse_spec, plan_job
+from trainop.queueing.inadmissible import fleet_shortfall
 from trainop.validation import check_queue_label
 from trainop.yamlio import dump_yaml_all
 
 EXIT_PLACED = 0
 EXIT_INTERNAL = 1
 EXIT_WAIT = 3
+EXIT_NEVER = 4
 
 # The Service `<job>` needs a DNS-1035 label; the API server would refuse it otherwise.
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -140,11 +144,26 @@ def _plan(
         )
     if isinstance(result, Wait):
         lines = [f"{result.reason}: {result.message}", *(f"  {d}" for d in result.details)]
+        never = _never_fits(body, snapshot)
+        if never is not None:
+            return Rendered(who, EXIT_NEVER, errors=[f"never fits this fleet: {never}", *lines])
         return Rendered(who, EXIT_WAIT, errors=lines)
     too_long = _long_hostnames(result)
     if too_long:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {too_long}"])
     return Rendered(who, EXIT_PLACED, plan=result)
+
+
+def _never_fits(body: Mapping[str, Any], snapshot: Snapshot) -> str | None:
+    """The operator's Inadmissible rule for the fleet (queueing.inadmissible)."""
+    spec = parse_spec(body)
+    if spec.gpu_sharing is not None:
+        return None
+    largest = max((r.gpus for r in spec.replica_specs.values()), default=0)
+    p = spec.placement
+    return fleet_shortfall(
+        spec.total_gpus, largest, tuple(p.gpu_products), p.topology, p.mode, snapshot
+    )
 
 
 def placement_header(plan: Plan) -> str:

@@ -20,7 +20,9 @@ from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
 from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
+from trainop.queueing.inadmissible import fleet_shortfall, quota_shortfall
 from trainop.queueing.model import (
+    INADMISSIBLE,
     POLICY,
     QUEUE_INVALID,
     Decisions,
@@ -195,22 +197,8 @@ def intake(
         held, product = assumed, _product_of(assumed, snapshot)
     if not held and _priority_missing(spec, inputs.priorities):
         return None  # reconcile marks it Invalid; a running gang keeps its charge
-    blocked_reason, blocked_message = None, ""
-    try:
-        queue = resolve_queue(ns, spec.queue, inputs.queues, inputs.namespace_labels.get(ns))
-    except QueueError as exc:
-        queue = None
-        blocked_reason, blocked_message = POLICY, str(exc)
-    queue_block = _blocked_by_queue(queue)
-    if queue_block is not None:  # fail closed: its jobs wait on the broken queue
-        blocked_reason, blocked_message = queue_block
-    elif queue is not None and not held:
-        try:
-            violations = job_policy(spec, queue, snapshot, config)
-        except InvalidJob:
-            violations = ()  # no image at all: the planner reports it
-        if violations:
-            blocked_reason, blocked_message = POLICY, "; ".join(str(v) for v in violations)
+    queue, blocked = _queue_and_block(spec, ns, bool(held), inputs, snapshot, config)
+    blocked_reason, blocked_message = blocked or (None, "")
     status = body.get("status") or {}
     return QueuedJob(
         key=job_key(body),
@@ -228,6 +216,59 @@ def intake(
         blocked_reason=blocked_reason,
         blocked_message=blocked_message,
     )
+
+
+def _queue_and_block(
+    spec: TrainingJobSpec,
+    ns: str,
+    held: bool,
+    inputs: Inputs,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+) -> tuple[QueueState | None, tuple[str, str] | None]:
+    """The job's queue, and (reason, message) when it waits out of line before admission:
+    no queue for it (Policy), a broken queue (QueueInvalid), a tenant-policy violation
+    (Policy), or a need that can never be given (Inadmissible). A job that holds GPUs is
+    judged by its queue alone: it runs."""
+    try:
+        queue = resolve_queue(ns, spec.queue, inputs.queues, inputs.namespace_labels.get(ns))
+    except QueueError as exc:
+        return None, (POLICY, str(exc))
+    queue_block = _blocked_by_queue(queue)
+    if queue_block is not None:  # fail closed: its jobs wait on the broken queue
+        return queue, queue_block
+    if held:
+        return queue, None
+    try:
+        violations = job_policy(spec, queue, snapshot, config)
+    except InvalidJob:
+        violations = ()  # no image at all: the planner reports it
+    if violations:
+        return queue, (POLICY, "; ".join(str(v) for v in violations))
+    short = _shortfall(spec, queue, inputs, snapshot, config)
+    return queue, (INADMISSIBLE, short) if short is not None else None
+
+
+def _shortfall(
+    spec: TrainingJobSpec,
+    queue: QueueState | None,
+    inputs: Inputs,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+) -> str | None:
+    """Why the job can never be admitted (queueing.inadmissible), or None. Not judged for
+    GPU sharing or DRA, whose units node allocatable does not count alike."""
+    if spec.gpu_sharing is not None or config.dra.enabled:
+        return None
+    products = tuple(spec.placement.gpu_products)
+    largest = max((r.gpus for r in spec.replica_specs.values()), default=0)
+    placement = spec.placement
+    short = fleet_shortfall(
+        spec.total_gpus, largest, products, placement.topology, placement.mode, snapshot
+    )
+    if short is None and queue is not None:
+        short = quota_shortfall(spec.total_gpus, products, queue, inputs.queues)
+    return short
 
 
 def _expected_end(spec: TrainingJobSpec, status: Mapping[str, Any]) -> float | None:

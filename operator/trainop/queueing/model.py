@@ -34,7 +34,16 @@ POLICY = "Policy"
 INCOMPATIBLE = "Incompatible"
 QUEUE_INVALID = "QueueInvalid"  # the job's queue is broken: it waits, never falls through
 TOPOLOGY = "Topology"  # a Preferred gang waits a bounded time for a better domain (topowait)
-WAIT_REASONS: tuple[str, ...] = (QUOTA, NOFIT, POLICY, INCOMPATIBLE, QUEUE_INVALID, TOPOLOGY)
+INADMISSIBLE = "Inadmissible"  # can never be given: waits out of line (queueing.inadmissible)
+WAIT_REASONS: tuple[str, ...] = (
+    QUOTA,
+    NOFIT,
+    POLICY,
+    INCOMPATIBLE,
+    QUEUE_INVALID,
+    TOPOLOGY,
+    INADMISSIBLE,
+)
 RECLAIM = "Reclaim"
 PRIORITY = "Priority"
 PREEMPT_REASONS: tuple[str, ...] = (RECLAIM, PRIORITY)
