@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install lock build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale test-faults bench-eligibility bench-placement clean chart-lint \
+        importlint generate check-generated demo demo-down bench bench-scale bench-admission test-faults bench-eligibility bench-placement clean chart-lint \
         real-deps build-node-binaries images test-real demo-real demo-real-down
 
 # The venv installs exactly requirements-dev.lock (every version pinned, hashes checked), then
@@ -122,6 +122,12 @@ bench: install bench-placement
 # queue; minutes, not part of `make test` (its smoke variant is). Results: bench/results/scale.*
 bench-scale: install build-binaries
 	$(PY) bench/scale.py
+
+# The operator's admission cycle alone (no API server) on synthetic fleets of 1,000 to
+# 10,000 nodes: decision time per cycle, pods/s, one-pod-change cost, RSS.
+# Results: bench/results/admission.{json,md,png}
+bench-admission: install
+	$(PY) -m bench.admission
 
 bench-eligibility: install
 	$(PY) bench/eligibility.py
