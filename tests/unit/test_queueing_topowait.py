@@ -85,7 +85,7 @@ GANG = QueuedJob("ns/gang", "q", 16, created=NOW - 100)
             id="nothing-frees-in-time-admit-now",
         ),
         pytest.param(
-            spread_fit(), (None, NOW + 5000), BOUND, 0, "unknown", id="unknown-end-may-free-wait"
+            spread_fit(), (None, NOW + 5000), BOUND, 0, None, id="unknown-end-is-no-reason-to-wait"
         ),
     ],
 )

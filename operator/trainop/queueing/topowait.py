@@ -18,10 +18,11 @@ consolidation of Tiresias/Gandiva; Kueue's and KAI's topology-aware scheduling w
      best placement available: it never starves.
   3. Running jobs' expected ends: per domain of the ideal's level (rack, block, ...), the
      free GPUs of nodes with the placement's GPU product, plus the GPUs of running jobs there
-     expected to end before the bound runs out, plus those of running jobs whose end is
-     unknown, must reach the gang's GPUs; if no domain can, waiting is pointless and the gang
-     is admitted now. (GPU counts, not node shapes: a heuristic that can wait in vain, which
-     the bound limits.)
+     expected to end before the bound runs out (from activeDeadlineSeconds), must reach the
+     gang's GPUs; if no domain can, waiting is pointless and the gang is admitted now. A
+     running job whose end is unknown counts for nothing: a gang never waits on a hope
+     (a burst whose jobs had no deadline waited the whole bound in vain). (GPU counts, not
+     node shapes: a heuristic that can wait in vain, which the bound limits.)
   4. While it waits, the gang holds the free GPUs of the most promising domain for the rest
      of the admission pass, so that smaller jobs do not take what it waits for.
 """
@@ -100,8 +101,8 @@ def topology_wait(  # noqa: C901 - the waiting rules of docs/placement-cost.md, 
             free[domain][node.name] = node.gpus_free
     releases: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for other in running:
-        end = math.inf if other.expected_end is None else other.expected_end
-        if end > deadline and other.expected_end is not None:
+        end = other.expected_end
+        if end is None or end > deadline:
             continue
         for name, gpus in other.nodes:
             held = snapshot.get(name)
