@@ -243,9 +243,9 @@ class Snapshot:
         Raises ValueError on an unknown node or when a node lacks the free GPUs, because a caller
         that reserves more than placement handed out has a bug worth hearing about.
         """
-        updated = dict(self._by_name)
+        updated: dict[str, NodeInfo] = {}
         for name, gpus in _totals(reservations).items():
-            node = updated.get(name)
+            node = self._by_name.get(name)
             if node is None:
                 raise ValueError(f"cannot reserve GPUs on unknown node {name!r}")
             if gpus > node.gpus_free:
@@ -316,9 +316,9 @@ class Snapshot:
 
     def with_released(self, reservations: Reservations) -> Snapshot:
         """A new snapshot with these GPUs given back (e.g. preemption victims); used stays >= 0."""
-        updated = dict(self._by_name)
+        updated: dict[str, NodeInfo] = {}
         for name, gpus in _totals(reservations).items():
-            node = updated.get(name)
+            node = self._by_name.get(name)
             if node is None:
                 raise ValueError(f"cannot release GPUs on unknown node {name!r}")
             updated[name] = _with_used(node, max(0, node.gpus_used - gpus))
