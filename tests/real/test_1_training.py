@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from tests.real.scenarios import DDP_LINE, MPI_LINE, Target, run_ddp, run_mpi, run_restart
+from tests.real.scenarios import (
+    DDP_LINE,
+    MPI_LINE,
+    Target,
+    example,
+    logs,
+    run_ddp,
+    run_mpi,
+    run_restart,
+    wait_finished,
+)
 
 
 def test_real_node_is_labelled_with_gpu_capacity(target: Target) -> None:
@@ -34,3 +44,27 @@ def test_killed_worker_restarts_gang_and_job_succeeds(target: Target, namespace:
     tj, log = run_restart(target, namespace)
     assert tj["status"]["restartCount"] >= 1
     assert DDP_LINE.search(log), log[-3000:]
+
+
+def test_own_image_without_cuda_or_version_trains(target: Target, namespace: str) -> None:
+    """Issue 27's job: an image of the user's own, neither `cuda` nor `framework.version`,
+    3 workers x 1 GPU. Its pods once carried `driver-version.major Gt "-1"`, which the API
+    server refused (422); now the driver term is `Exists` and the gang trains."""
+    job = example(target, "pytorch-ddp-cpu.yaml", namespace)
+    job["metadata"]["name"] = "ddp-nocuda"
+    spec = job["spec"]
+    spec.pop("cuda", None)
+    spec["framework"] = {"name": "pytorch"}
+    spec["replicaSpecs"]["Worker"]["replicas"] = 3
+    target.kube.apply(job)
+    wait_finished(target, namespace, "ddp-nocuda")
+    pod = target.kube.get("pod", "ddp-nocuda-worker-0", "-n", namespace)
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    exprs = [e for t in terms["nodeSelectorTerms"] for e in t.get("matchExpressions", [])]
+    assert all(e.get("values", ["0"])[0][:1] != "-" for e in exprs), exprs
+    log = logs(target.kube, namespace, "ddp-nocuda-worker-0")
+    match = DDP_LINE.search(log)
+    assert match, log[-3000:]
+    assert float(match.group(2)) < float(match.group(1)) / 10
