@@ -302,7 +302,7 @@ def candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
         spec.framework.name,
         spec.framework.version,
         spec.cuda,
-        spec.image,
+        own_image(spec),
     )
     found = config.memo.get(key)
     if found is None:
@@ -317,6 +317,27 @@ def candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
     return result
 
 
+def template_image(spec: TrainingJobSpec) -> tuple[str, str] | None:
+    """(field, image) when a GPU role's pod template names its trainer's image (the first
+    container's; the collective's roles first): that image replaces the NGC choice, as
+    spec.image would, so image choice and node eligibility treat it as the job's own image
+    (its CUDA from spec.cuda). Other roles' own images (a TF evaluator's) stay theirs."""
+    ranked = frameworks.get(spec.framework.name).ranked  # the collective's roles, in order
+    for role in sorted(spec.replica_specs, key=lambda x: (x not in ranked, x)):
+        r = spec.replica_specs[role]
+        containers = ((r.template or {}).get("spec") or {}).get("containers") or []
+        first = containers[0] if containers and isinstance(containers[0], dict) else {}
+        if r.gpus > 0 and first.get("image"):
+            return f"spec.replicaSpecs.{role}.template.spec.containers[0].image", first["image"]
+    return None
+
+
+def own_image(spec: TrainingJobSpec) -> str | None:
+    """The image the user declared: spec.image, else a GPU role's template image."""
+    found = template_image(spec)
+    return spec.image or (found[1] if found else None)
+
+
 def _candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
     try:
         return candidate_releases(
@@ -324,7 +345,7 @@ def _candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
             spec.framework.name,
             spec.framework.version,
             spec.cuda,
-            image=spec.image,
+            image=own_image(spec),
             allow_unconfirmed=config.allow_unconfirmed_releases,
         )
     except ResolutionError as exc:
@@ -350,7 +371,7 @@ def resolve(spec: TrainingJobSpec, snapshot: Snapshot, config: OperatorConfig) -
             spec.framework.name,
             spec.framework.version,
             spec.cuda,
-            image=spec.image,
+            image=own_image(spec),
             fleet=snapshot.memo(
                 ("static", "gpu-classes", tuple(sorted(products))),
                 lambda: _classes(snapshot, products),
@@ -464,10 +485,19 @@ def plan_job(
         gated,
         gpu_resource=chosen.gpu_resource,
     )
+    tried = brief(chosen.tried)
+    found = template_image(spec) if not spec.image else None
+    if found is not None:  # render's header and status.imageTried say so
+        cuda = f"spec.cuda {spec.cuda}" if spec.cuda else "no spec.cuda: no driver floor"
+        tried = (
+            f"{found[1]}: from {found[0]}, overriding the NGC choice; nodes judged by "
+            f"{cuda} (declare the image's CUDA there)",
+            *tried,
+        )
     return replace(
         plan,
         compatibility=chosen.compatibility,
-        image_tried=brief(chosen.tried),
+        image_tried=tried,
         gpu_resource=chosen.gpu_resource,
     )
 

@@ -302,3 +302,32 @@ def test_a_template_spec_that_is_not_an_object_is_invalid_not_a_crash() -> None:
     with pytest.raises(InvalidJob) as err:
         check_semantics(spec)
     assert err.value.field == "spec.replicaSpecs.Worker.template.spec"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "floor"),
+    [
+        pytest.param(None, False, id="no-cuda-no-driver-floor"),
+        pytest.param("12.4", True, id="declared-cuda-sets-the-floor"),
+    ],
+)
+def test_a_template_image_is_the_jobs_own_image(cuda: str | None, floor: bool) -> None:
+    """A trainer image in the pod template replaces the NGC choice: the plan says so (render
+    header, status.imageTried) and nodes are judged by what the user declared (spec.cuda),
+    never by the NGC release it replaced."""
+    body = (
+        job("own", version=None, cuda=cuda)
+        .workers(2, 8)
+        .template(containers=[{"name": "trainer", "image": "example.com/me/train:1"}])
+    )
+    p = plan(body.build())
+    assert p.image.image == "example.com/me/train:1" and p.image.release is None
+    assert "overriding the NGC choice" in p.image_tried[0]
+    assert ("spec.cuda 12.4" in p.image_tried[0]) is floor
+    pod = p.pods[0]
+    assert pod["spec"]["containers"][0]["image"] == "example.com/me/train:1"
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    ops = {e["operator"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert ("Gt" in ops) is floor

@@ -172,6 +172,8 @@ def placement_header(plan: Plan) -> str:
     lines = [f"# placement: {st['level']} {st['domain']} nodes={','.join(st['nodes'])}"]
     if plan.compatibility:
         lines.append(f"# image: {plan.image.image} ({plan.compatibility})")
+    if plan.image_tried and "overriding the NGC choice" in plan.image_tried[0]:
+        lines.append(f"# image: {plan.image_tried[0]}")
     if len(plan.image_tried) > 1:
         lines.append("# image choice, releases tried in order:")
         lines += [f"#   {t}" for t in plan.image_tried]
