@@ -229,13 +229,13 @@ def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
     job["metadata"]["name"] = "toobig"
     job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 12  # more than one rack holds
     kube.apply(job)
-    kube.wait_for(
-        "NoFit",
+    kube.wait_for(  # a Required rack larger than any rack: it can never be admitted
+        "Inadmissible",
         lambda: (
             kube.get("trainingjob", "toobig", "-n", namespace)
             .get("status", {})
             .get("pendingReason")
-            == "NoFit"
+            == "Inadmissible"
         ),
     )
     out = subprocess.run(
@@ -255,8 +255,8 @@ def test_explain_says_why_a_job_waits(kube: Kube, namespace: str) -> None:
         check=True,
     )
     assert "Phase:      Queued" in out.stdout
-    assert "Waiting:    NoFit" in out.stdout
-    assert "needs 12 x 8 GPUs" in out.stdout
+    assert "Waiting:    Inadmissible" in out.stdout
+    assert "needs 96 GPUs in one rack (Required)" in out.stdout
 
 
 def test_dra_mode_objects_are_accepted_by_the_apiserver(kube: Kube, namespace: str) -> None:

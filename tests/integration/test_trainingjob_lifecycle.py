@@ -282,14 +282,12 @@ def test_unplaceable_job_waits_with_reason(kube: Kube, namespace: str) -> None:
             (kube.get("trainingjob", "huge", "-n", namespace).get("status") or {}).get(
                 "pendingReason"
             )
-            == "NoFit"
+            == "Inadmissible"  # 160 GPUs in one rack (Required): more than any rack has
         ),
     )
     tj = kube.get("trainingjob", "huge", "-n", namespace)
     assert tj["status"]["phase"] == "Queued"
-    # Names the shape; which constraint fails first (one rack, or the whole fleet) depends on
-    # what earlier tests still hold.
-    assert "needs 20 x 8 GPUs" in tj["status"]["pendingMessage"]
+    assert "needs 160 GPUs" in tj["status"]["pendingMessage"]
     assert not _pods(kube, namespace, "huge")
 
 
