@@ -9,10 +9,15 @@ https://docs.jax.dev/en/latest/multi_process.html.
 Each process contributes rank + 1 on its one CPU device; a psum over the global mesh must
 give n(n+1)/2 on every process. Process 0 prints the line the tests read:
 `jax: processes=<n> devices=<d> psum=<sum> expected=<sum> OK`.
+
+Options (env): TRAINOP_HOLD seconds to stay up after the psum (default 0; the real tier's
+restart test kills a worker in that window).
 """
 
 import os
+import signal
 import sys
+import time
 
 import jax
 
@@ -21,6 +26,10 @@ jax.distributed.initialize(
     num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
     process_id=int(os.environ["JAX_PROCESS_ID"]),
 )
+# SIGTERM: initialize() installs a preemption notifier that catches it and carries on, and
+# PID 1 of a container ignores it without a handler anyway. Exit as a process the signal
+# killed would (128 + 15), so `kill -TERM 1` stops a worker (the real tier's restart test).
+signal.signal(signal.SIGTERM, lambda signum, _frame: os._exit(128 + signum))
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -50,6 +59,7 @@ def main() -> int:
             f"expected={expected} {verdict}",
             flush=True,
         )
+    time.sleep(float(os.environ.get("TRAINOP_HOLD", "0")))
     jax.distributed.shutdown()
     return 0 if total == expected else 1
 

@@ -160,3 +160,28 @@ def run_failing(
 
     kube.wait_for(f"{ns}/{name}'s pods to be stopped", lambda: not running() or None, 60)
     return dict(tj), running()
+
+
+def run_killed(
+    target: Target, ns: str, file: str, victim: str, ready: str, env: dict[str, str]
+) -> tuple[dict[str, Any], str]:
+    """examples/real/<file> with `env` added to every container: once the pod `victim` has
+    logged `ready`, SIGTERM its PID 1 (the trainer); wait for Succeeded; the job and logs."""
+    kube = target.kube
+    job = example(target, file, ns)
+    for rs in job["spec"]["replicaSpecs"].values():
+        for ctr in rs["template"]["spec"]["containers"]:
+            ctr["env"] = [*ctr.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
+    kube.apply(job)
+    kube.wait_for(
+        f"{victim} to log {ready!r}", lambda: ready in logs(kube, ns, victim), JOB_TIMEOUT, 1.0
+    )
+    kube.run("exec", victim, "-n", ns, "--", "kill", "-TERM", "1")
+    name = job["metadata"]["name"]
+    tj = wait_finished(target, ns, name)
+    pods = sorted(
+        p["metadata"]["name"]
+        for p in kube.get("pods", "-n", ns)["items"]
+        if p["metadata"]["name"].startswith(f"{name}-")
+    )
+    return tj, "\n".join(f"--- {pod}\n{logs(kube, ns, pod)}" for pod in pods)
