@@ -100,7 +100,7 @@ def run_restart(target: Target, ns: str) -> tuple[dict[str, Any], str]:
     return tj, logs(kube, ns, "ddp-restart-worker-0")
 
 
-DDP_LINE = re.compile(r"ddp: world=2 steps=\d+ loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK")
+DDP_LINE = re.compile(r"ddp: world=\d+ steps=\d+ loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK")
 MPI_LINE = re.compile(r"mpi: size=2 allreduce=3 expected=3 OK")
 
 
