@@ -349,7 +349,7 @@ def wait_running(
     try:
         while len(done) < len(want) and time.monotonic() < start + timeout:
             for g, n in want.items():
-                pods = watcher.pods_of.get(g, set())
+                pods = list(watcher.pods_of.get(g, ()))  # a copy: the watch thread adds
                 if g not in done and len(pods) >= n:
                     done[g] = max(watcher.first_running[p] for p in pods) - start
             time.sleep(0.2)
@@ -910,9 +910,10 @@ def replay(
     finally:
         watcher.stop()
     out = {}
-    for name, pods_running in watcher.pods_of.items():
+    # The watch thread may still be delivering: read copies.
+    for name, pods_running in list(watcher.pods_of.items()):
         if name in created:
-            out[name] = min(watcher.first_running[q] for q in pods_running) - created[name]
+            out[name] = min(watcher.first_running[q] for q in list(pods_running)) - created[name]
     return out
 
 
