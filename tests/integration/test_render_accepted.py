@@ -40,7 +40,7 @@ from tests.integration.conftest import CLUSTER_NAME, Kube, repo_root
 from trainop.api import constants as c
 from trainop.catalog import load_catalog
 from trainop.cli.inputs import read_objects
-from trainop.cli.render import EXIT_INVALID, EXIT_PLACED, EXIT_WAIT, render_job
+from trainop.cli.render import EXIT_INVALID, EXIT_NEVER, EXIT_PLACED, EXIT_WAIT, render_job
 from trainop.cluster.fleet import Group, load_fleet, node_manifests
 from trainop.dra import DraConfig
 from trainop.frameworks import FRAMEWORKS
@@ -436,7 +436,7 @@ def check_job(body: dict[str, Any], dry: DryRun) -> list[str]:
                 if not _FIELD.match(r.errors[0]):
                     problems.append(f"{where}: exit 2 without a field: {r.errors}")
                 continue
-            if r.code == EXIT_WAIT:
+            if r.code in (EXIT_WAIT, EXIT_NEVER):  # nothing to submit: waits, or never fits
                 TALLY["wait"] += 1
                 continue
             if r.code != EXIT_PLACED or r.plan is None:
