@@ -571,3 +571,16 @@ def test_kept_intakes_equal_a_fresh_intake(change: Any) -> None:
     change(state)
     fresh = _fresh_copy(state)  # before the cycle: it assumes what it admits
     assert _published_jobs(state) == _published_jobs(fresh)
+
+
+def test_a_leader_that_comes_back_tells_every_verdict_again() -> None:
+    """A lease lost and won back: verdicts kept from before must not look unchanged, or a
+    reconcile skipped while standing by (a gang to re-create) would never run."""
+    state = fleet_state()
+    state.upsert_job(new_job("j1"))
+    first = run_cycle(state)
+    assert first.reconciled == [("team-a", "j1")]
+    assert ("team-a", "j1") in state.assumed  # its reconcile was skipped: lease lost
+    state.set_leader(False)
+    state.set_leader(True)
+    assert run_cycle(state).reconciled == [("team-a", "j1")]

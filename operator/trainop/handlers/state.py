@@ -229,6 +229,13 @@ class ShellState:
             return False
         self.leader = leader
         if leader:
+            # Decide afresh: a verdict or an assumption kept from before a lost lease may
+            # belong to a reconcile that was skipped while standing by (a gang never
+            # created), and would look settled to the loop until the assumption expired.
+            self.decisions.clear()
+            for key in list(self.assumed):
+                del self.assumed[key]
+                self._changed_job(key)
             self.touch()
         return True
 
