@@ -457,3 +457,20 @@ def nproc_note(src: Source, path: str, value: Any, gpus: int) -> None:
         "PET_NPROC_PER_NODE, MPI hostfile slots); for another count set PET_NPROC_PER_NODE "
         "in the Worker container's env, or pass -np to mpirun",
     )
+
+
+def master_worker(
+    src: Source, specs_path: str, container: str, default_restart: str
+) -> tuple[Role, str, bool]:
+    """A Master/Worker kind (PyTorchJob, XGBoostJob) as one Worker role: (the Worker, the
+    job's restart policy, whether there was a Master, whose exit decides success)."""
+    specs = src.mapping(specs_path)
+    check_roles(src, specs_path, specs, ("Master", "Worker"))
+    if not specs:
+        raise ConvertError(specs_path, "required: a Master and/or Worker replica spec")
+    roles = {r: take_replica(src, f"{specs_path}.{r}", container) for r in specs}
+    main = "Worker" if "Worker" in roles else "Master"
+    restart = restart_policy(src, roles, main, default_restart)
+    if "Master" in roles:
+        return merge_into_worker(src, roles["Master"], roles.get("Worker")), restart, True
+    return roles["Worker"], restart, False

@@ -15,13 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainop.convert.common import (
-    ConvertError,
     Source,
-    check_roles,
-    merge_into_worker,
-    restart_policy,
+    master_worker,
     take_metadata,
-    take_replica,
     take_run_policy,
     training_job,
 )
@@ -37,19 +33,10 @@ FRAMEWORK_NOTE = (
 
 def convert(src: Source) -> dict[str, Any]:
     meta = take_metadata(src)
-    specs = src.mapping(SPECS)
-    check_roles(src, SPECS, specs, ("Master", "Worker"))
-    if not specs:
-        raise ConvertError(SPECS, "required: a Master and/or Worker replica spec")
-    src.note("kind", FRAMEWORK_NOTE)
-    roles = {r: take_replica(src, f"{SPECS}.{r}", CONTAINER) for r in specs}
-    restart = restart_policy(src, roles, "Worker" if "Worker" in roles else "Master", "Never")
-    worker = (
-        merge_into_worker(src, roles["Master"], roles.get("Worker"))
-        if "Master" in roles
-        else roles["Worker"]
-    )
+    if src.mapping(SPECS):
+        src.note("kind", FRAMEWORK_NOTE)
+    worker, restart, has_master = master_worker(src, SPECS, CONTAINER, "Never")
     run, extra = take_run_policy(src, "spec.runPolicy", worker.replicas)
     run["restartPolicy"] = restart
-    run["successPolicy"] = "RankZero" if "Master" in roles else "AllWorkers"
+    run["successPolicy"] = "RankZero" if has_master else "AllWorkers"
     return training_job(meta, "pytorch", {"Worker": worker}, run, extra)
