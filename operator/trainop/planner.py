@@ -272,24 +272,61 @@ def _check_sharing(spec: TrainingJobSpec) -> None:
         raise InvalidJob("spec.gpuSharing.migProfile", "only for mode MIG: remove it")
 
 
-def _parsed(body: Mapping[str, Any], config: OperatorConfig) -> TrainingJobSpec:
-    """parse_spec + check_semantics (without the catalog rule), memoised per job version in
-    `config.memo` like `validation.checked_spec`: the admission cycle plans every waiting
-    gang again on each try. The spec is compared too (a body may be edited in place)."""
+# A long-lived operator sees many job versions: per-version memo entries of one kind are
+# dropped together once the config's memo grows past this.
+_MEMO_MAX = 50_000
+
+
+def _outcome(compute: Callable[[], Any]) -> Any:
+    """compute()'s value, or its InvalidJob as (field, detail, reason) to keep in a memo."""
+    try:
+        return compute()
+    except InvalidJob as exc:
+        return (exc.field, exc.detail, exc.reason)
+
+
+def _result(found: Any) -> Any:
+    """A memoised outcome back: the value, or a fresh InvalidJob (no traceback piles up)."""
+    if isinstance(found, tuple):
+        raise InvalidJob(*found)
+    return found
+
+
+def version_memo(
+    config: OperatorConfig, tag: str, body: Mapping[str, Any], compute: Callable[[], Any]
+) -> Any:
+    """compute() for this job version, memoised in `config.memo` per (tag, uid, generation,
+    name); InvalidJob is kept and raised again. The spec itself is compared too (a dict
+    compare, far cheaper than a parse, against a copy: a caller may edit a body in place):
+    the API server bumps the generation on every spec change, test fixtures and `trainop
+    simulate` may not. Bodies without uid or generation are computed every time."""
     meta = body.get("metadata") or {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    if not uid or generation is None:
+        return compute()
+    key = (tag, uid, generation, meta.get("name", ""))
     raw = body.get("spec")
-    key = ("parsed-spec", meta.get("uid"), meta.get("generation"))
-    hit = config.memo.get(key) if meta.get("uid") else None
+    hit = config.memo.get(key)
     if hit is not None and hit[0] == raw:
-        spec: TrainingJobSpec = hit[1]
+        return _result(hit[1])
+    found = _outcome(compute)
+    if len(config.memo) > _MEMO_MAX:
+        for stale in [k for k in config.memo if isinstance(k, tuple) and k[0] == tag]:
+            del config.memo[stale]
+    config.memo[key] = (copy.deepcopy(raw), found)
+    return _result(found)
+
+
+def _parsed(body: Mapping[str, Any], config: OperatorConfig) -> TrainingJobSpec:
+    """parse_spec + check_semantics (without the catalog rule), once per job version: the
+    admission cycle plans every waiting gang again on each try."""
+
+    def parse() -> TrainingJobSpec:
+        spec = parse_spec(body)
+        check_semantics(spec)
         return spec
-    spec = parse_spec(body)
-    check_semantics(spec)
-    if meta.get("uid"):
-        if len(config.memo) > 50_000:  # bounded: a long-lived operator sees many versions
-            for stale in [k for k in config.memo if isinstance(k, tuple) and k[0] == key[0]]:
-                del config.memo[stale]
-        config.memo[key] = (copy.deepcopy(raw), spec)
+
+    spec: TrainingJobSpec = version_memo(config, "parsed-spec", body, parse)
     return spec
 
 
@@ -306,14 +343,8 @@ def candidates(spec: TrainingJobSpec, config: OperatorConfig) -> Candidates:
     )
     found = config.memo.get(key)
     if found is None:
-        try:
-            found = _candidates(spec, config)
-        except InvalidJob as exc:
-            found = (exc.field, exc.detail, exc.reason)
-        config.memo[key] = found
-    if isinstance(found, tuple):
-        raise InvalidJob(*found)
-    result: Candidates = found
+        found = config.memo[key] = _outcome(lambda: _candidates(spec, config))
+    result: Candidates = _result(found)
     return result
 
 

@@ -19,7 +19,6 @@ https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -34,6 +33,7 @@ from trainop.planner import (
     OperatorConfig,
     check_semantics,
     parse_spec,
+    version_memo,
 )
 
 DNS_LABEL_MAX = 63
@@ -157,11 +157,6 @@ __all__ = [
 ]
 
 
-# One job version is checked once: a pending job costs nothing per admission cycle until it,
-# or the config, changes. Bounded so a long-lived operator's memo cannot grow for ever.
-_CHECKED_MAX = 50_000
-
-
 def checked_spec(body: Mapping[str, Any], config: OperatorConfig | None = None) -> TrainingJobSpec:
     """The job's spec, parsed and checked as one: the schema (`parse_spec`), the rules the
     schema cannot state (`check_semantics`, with `config`: some catalog release can ever
@@ -169,30 +164,9 @@ def checked_spec(body: Mapping[str, Any], config: OperatorConfig | None = None) 
     naming the first bad field. The one place the admission cycle, the reconcile and
     `in_line` check a spec; memoised per (uid, generation, name) in `config.memo`, which a
     new config (catalog, FabricProfiles) starts empty."""
-    meta = body.get("metadata") or {}
-    uid, generation = meta.get("uid"), meta.get("generation")
-    if config is None or not uid or generation is None:
+    if config is None:
         return _check(body, config)
-    key = ("checked-spec", uid, generation, meta.get("name", ""))
-    raw = body.get("spec")
-    hit = config.memo.get(key)
-    # The spec itself is compared too (a dict compare, far cheaper than a parse, against a
-    # copy: a caller may edit a body in place): the API server bumps the generation on
-    # every spec change, but test fixtures and `trainop simulate` may not.
-    if hit is not None and hit[0] == raw:
-        found = hit[1]
-    else:
-        try:
-            found = _check(body, config)
-        except InvalidJob as exc:
-            found = (exc.field, exc.detail, exc.reason)
-        if len(config.memo) > _CHECKED_MAX:
-            for stale in [k for k in config.memo if isinstance(k, tuple) and k[0] == key[0]]:
-                del config.memo[stale]
-        config.memo[key] = (copy.deepcopy(raw), found)
-    if isinstance(found, tuple):  # a fresh exception each time: no traceback piles up
-        raise InvalidJob(*found)
-    spec: TrainingJobSpec = found
+    spec: TrainingJobSpec = version_memo(config, "checked-spec", body, lambda: _check(body, config))
     return spec
 
 
