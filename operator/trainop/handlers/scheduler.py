@@ -51,6 +51,9 @@ class Verdict:
     uid: str | None
     generation: int | None
     told: float = 0.0  # when this wait last reached the job (monotonic)
+    # The cycle's decision this verdict was made from: a later cycle that decides the same
+    # for the same job version keeps the verdict as it is (no rebuild, nothing to tell).
+    source: JobDecision | None = field(default=None, compare=False)
 
 
 # Queue positions (and wait messages) up to this position are written to status as they
@@ -265,6 +268,16 @@ class AdmissionLoop:
             body = state.job(key) if key else None
             if key is None or body is None or decision.action not in (Action.ADMIT, Action.WAIT):
                 continue
+            meta = body["metadata"]
+            old = state.decisions.get(key)
+            if (
+                old is not None
+                and decision.action == Action.WAIT
+                and old.source == decision
+                and old.uid == meta.get("uid")
+                and old.generation == meta.get("generation")
+            ):
+                continue  # the same wait for the same job version: the verdict stands
             plan = decision.placement.placement if decision.placement is not None else None
             admitted = decision.action == Action.ADMIT and isinstance(plan, Plan)
             admission = Admission(
@@ -275,12 +288,10 @@ class AdmissionLoop:
                 plan=plan if admitted else None,
                 queue=decision.queue,
             )
-            meta = body["metadata"]
-            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"), now)
+            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"), now, decision)
             if admitted:
                 assert isinstance(plan, Plan)
                 state.assume(key, plan_pods(plan), now)
-            old = state.decisions.get(key)
             if _worth_telling(old, verdict, now):
                 changed.append(key)
             elif old is not None:

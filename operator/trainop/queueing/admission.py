@@ -95,8 +95,8 @@ class _Outcome:
     topology: TopologyWait | None = None
 
 
-def _unlimited_candidate() -> Candidate:
-    return Candidate(QuotaGroup(ANY_GROUP, (), 0), ())
+# The one candidate of an unlimited queue (frozen: shared by every job of every pass).
+_UNLIMITED = Candidate(QuotaGroup(ANY_GROUP, (), 0), ())
 
 
 class _Pass:
@@ -199,6 +199,9 @@ class _Pass:
             live = [name for name, line in self.lines.items() if cursor[name] < len(line)]
             if not live:
                 return
+            if len(live) == 1:  # one line left: no fair-share order to find
+                self.consider_rest(live[0], cursor[live[0]])
+                return
 
             def order(name: str) -> tuple[bool, float, int, float, str]:
                 # Cached until usage changes: most jobs wait, and waiting changes nothing.
@@ -216,6 +219,12 @@ class _Pass:
             job = self.lines[name][cursor[name]]
             cursor[name] += 1
             self.consider(job, self.queues[name])
+
+    def consider_rest(self, name: str, start: int) -> None:
+        """The rest of the last live line, in its order (what the loop would pick anyway)."""
+        q = self.queues[name]
+        for job in self.lines[name][start:]:
+            self.consider(job, q)
 
     def would_borrow(self, job: QueuedJob, q: QueueState) -> bool:
         """Whether no group can take the job within its nominal quota (reclaim counts as
@@ -236,11 +245,12 @@ class _Pass:
             self.holds.append(hold)
 
     def release_hold(self, job: QueuedJob) -> None:
-        self.holds = [h for h in self.holds if h.head != job.key]
+        if self.holds:
+            self.holds = [h for h in self.holds if h.head != job.key]
 
     def candidates(self, job: QueuedJob, q: QueueState) -> tuple[Candidate, ...]:
         if q.unlimited:
-            return (_unlimited_candidate(),)
+            return (_UNLIMITED,)
         key = (q.name, job.products)
         found = self._candidates.get(key)
         if found is None:
@@ -248,7 +258,7 @@ class _Pass:
         return found
 
     def blocks(self, job: QueuedJob, q: QueueState) -> Blocks:
-        return blocks_for(job.key, q, self.holds)
+        return blocks_for(job.key, q, self.holds) if self.holds else Blocks()
 
     def consider(self, job: QueuedJob, q: QueueState) -> None:
         is_head = q.name not in self.heads
