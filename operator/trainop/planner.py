@@ -20,7 +20,7 @@ from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
 from trainop.api.templatecheck import template_problems
-from trainop.api.trainingjob import TrainingJobSpec
+from trainop.api.trainingjob import TrainingJobSpec, elastic_problem
 from trainop.catalog import (
     Catalog,
     ImageChoice,
@@ -51,6 +51,7 @@ from trainop.manifests import (
 )
 from trainop.nccl import FabricMismatch, NcclSettings, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
+from trainop.placement.engine import level_names
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,9 @@ def check_semantics(spec: TrainingJobSpec, config: OperatorConfig | None = None)
     problems = frameworks.validate(fw, {role: r.replicas for role, r in spec.replica_specs.items()})
     if problems:
         raise InvalidJob("spec.replicaSpecs", problems[0])
+    elastic = elastic_problem(spec)
+    if elastic is not None:
+        raise InvalidJob(*elastic)
     gpu_roles = [role for role, r in spec.replica_specs.items() if r.gpus > 0]
     if not gpu_roles:
         raise InvalidJob(
@@ -491,9 +495,13 @@ def plan_job(
     *,
     gang_generation: int = 0,
     gated: bool = True,
+    workers: int | None = None,
 ) -> Plan | Wait:
-    """Plan one gang generation of a job. Raises InvalidJob for a job that can never run."""
+    """Plan one gang generation of a job. Raises InvalidJob for a job that can never run.
+    `workers`: an elastic job's size (spec.elastic), the Worker pods to plan."""
     spec = _parsed(body, config)
+    if workers is not None:
+        spec = with_workers(spec, workers)
     ref = job_ref(body)
     if not snapshot.nodes:
         candidates(spec, config)
@@ -533,6 +541,108 @@ def plan_job(
     )
 
 
+def with_workers(spec: TrainingJobSpec, workers: int) -> TrainingJobSpec:
+    """The spec with its Worker role at `workers` pods: one size of an elastic job."""
+    roles = dict(spec.replica_specs)
+    roles["Worker"] = roles["Worker"].model_copy(update={"replicas": workers})
+    return spec.model_copy(update={"replica_specs": roles})
+
+
+def plan_sized(
+    body: Mapping[str, Any],
+    snapshot: Snapshot,
+    config: OperatorConfig,
+    workers: int,
+    *,
+    gang_generation: int = 0,
+) -> Plan | Wait:
+    """plan_job for an elastic job at `workers` Worker pods (spec.elastic: any size in range)."""
+    return plan_job(body, snapshot, config, gang_generation=gang_generation, workers=workers)
+
+
+def plan_growth(
+    body: Mapping[str, Any],
+    snapshot: Snapshot,
+    config: OperatorConfig,
+    *,
+    grow_from: int,
+    size: int,
+    held: Collection[str],
+    gang_generation: int = 0,
+) -> tuple[Plan, str] | Wait:
+    """The pods that grow a running elastic gang from `grow_from` to `size` Workers (indexes
+    grow_from..size-1), with a sentence on where they go. They are placed in the smallest
+    scope that holds them: the gang's own nodes, then each enclosing domain of the gang
+    (clique, rack, block), then the cluster, which the sentence calls a crossing. The
+    existing pods stay where they are (their env does not depend on the size)."""
+    spec = _parsed(body, config)
+    ref = job_ref(body)
+    added = with_workers(spec, size - grow_from)
+    for view, where in _growth_scopes(snapshot, held):
+        chosen = choose_gang(added, ref.name, view, config)
+        if not isinstance(chosen.result, Placement):
+            continue
+        moved = tuple(
+            replace(
+                a,
+                index=a.index + grow_from,
+                rank=None if a.rank is None else a.rank + grow_from,
+            )
+            for a in chosen.result.assignments
+        )
+        placement = replace(chosen.result, assignments=moved)
+        plan = build_plan(
+            ref,
+            with_workers(spec, size),
+            chosen.image,
+            placement,
+            snapshot,
+            config,
+            gang_generation,
+            True,
+            gpu_resource=chosen.gpu_resource,
+        )
+        return replace(plan, compatibility=chosen.compatibility), where
+    return Wait("NoFit", f"no room for {size - grow_from} more workers anywhere")
+
+
+def _growth_scopes(snapshot: Snapshot, held: Collection[str]) -> list[tuple[Snapshot, str]]:
+    """(a view with only the scope's GPUs free, what placing there means), smallest first."""
+    paths = [snapshot.node(n).topology for n in held if n in snapshot]
+    common: tuple[tuple[str, str], ...] = paths[0] if paths else ()
+    for path in paths[1:]:
+        depth = 0
+        while depth < min(len(common), len(path)) and common[depth] == path[depth]:
+            depth += 1
+        common = common[:depth]
+    names = level_names(snapshot.levels)
+    scopes: list[tuple[frozenset[str], str]] = [(frozenset(held), "on the gang's own nodes")]
+    for depth in range(len(common), 0, -1):
+        key, value = common[depth - 1]
+        inside = frozenset(n.name for n in snapshot.nodes if n.topology[:depth] == common[:depth])
+        scopes.append((inside, f"within {names.get(key, key)} {value}"))
+    widest = scopes[-1][1].removeprefix("within ") if len(scopes) > 1 else "its nodes"
+    out: list[tuple[Snapshot, str]] = []
+    seen: set[frozenset[str]] = set()
+    for inside, where in scopes:
+        if inside in seen or not inside:
+            continue
+        seen.add(inside)
+        outside = {n.name: n.gpus_free for n in snapshot.nodes if n.name not in inside}
+        view = snapshot.with_reserved({k: v for k, v in outside.items() if v > 0})
+        out.append((view, where))
+    out.append((snapshot, f"crosses {widest}: no room for the new workers within it"))
+    return out
+
+
+def free_fleet(snapshot: Snapshot) -> Snapshot:
+    """The fleet with every GPU free (memoised: depends on the nodes only)."""
+    return snapshot.memo(
+        ("static", "empty"),
+        lambda: snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes}),
+    )
+
+
 def ideal_placement(
     body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
 ) -> Placement | None:
@@ -562,7 +672,16 @@ def build_plan(
     """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
     members = _members(ref, placement)
-    wiring = fw.wire(frameworks.WiringInput(ref.name, ref.namespace, members, port=fw.default_port))
+    el = spec.elastic
+    wiring = fw.wire(
+        frameworks.WiringInput(
+            ref.name,
+            ref.namespace,
+            members,
+            port=fw.default_port,
+            elastic=(el.min_replicas, el.max_replicas) if el is not None else None,
+        )
+    )
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
     ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
     pod_plans = _pod_plans(

@@ -144,6 +144,28 @@ class GpuSharing(ApiModel):
     )
 
 
+class Elastic(ApiModel):
+    """An elastic collective role: trainop runs it at any size in [minReplicas, maxReplicas]."""
+
+    min_replicas: int = Field(
+        ge=1,
+        le=4096,
+        description="Fewest Worker pods the job runs with: it is admitted as soon as this many "
+        "fit together, and preemption shrinks it down to this many before evicting it.",
+    )
+    max_replicas: int = Field(
+        ge=1,
+        le=4096,
+        description="Most Worker pods: admitted at the largest size in range that fits, and "
+        "grown towards this when GPUs free up. spec.replicaSpecs.Worker.replicas must equal it.",
+    )
+
+
+# Frameworks whose launcher re-forms the collective when members come and go: torchrun's
+# elastic agent with the c10d rendezvous (https://pytorch.org/docs/stable/elastic/run.html).
+ELASTIC_FRAMEWORKS: tuple[str, ...] = ("pytorch",)
+
+
 class TrainingJobSpec(ApiModel):
     framework: Framework = Field(description="Framework and optional version.")
     cuda: str | None = Field(
@@ -227,6 +249,27 @@ class TrainingJobSpec(ApiModel):
         json_schema_extra={"default": {}},
     )
 
+    elastic: Elastic | None = Field(
+        default=None,
+        description="Run the Worker role elastically (pytorch only): torchrun's c10d "
+        "rendezvous with PET_NNODES=min:max; admitted at the largest size in range that fits, "
+        "grown when GPUs free up, shrunk down to minReplicas instead of evicted. Empty: a "
+        "fixed-size gang.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.minReplicas <= self.maxReplicas",
+                    "spec.elastic.minReplicas must not exceed spec.elastic.maxReplicas",
+                )
+            ]
+        },
+    )
+
+    def worker_gpus_at(self, replicas: int) -> int:
+        """The job's GPUs with the Worker role at `replicas` pods (elastic sizing)."""
+        worker = self.replica_specs["Worker"]
+        return self.total_gpus - worker.gpus * (worker.replicas - replicas)
+
     @field_validator("replica_specs")
     @classmethod
     def _known_roles(cls, value: dict[str, ReplicaSpec]) -> dict[str, ReplicaSpec]:
@@ -244,6 +287,34 @@ class TrainingJobSpec(ApiModel):
     @property
     def total_pods(self) -> int:
         return sum(r.replicas for r in self.replica_specs.values())
+
+
+def elastic_problem(spec: TrainingJobSpec) -> tuple[str, str] | None:
+    """(field, message with the fix) when spec.elastic cannot be honoured; None when fine.
+    The same rules as the CEL below, for `trainop render` and an API server without CEL."""
+    el = spec.elastic
+    if el is None:
+        return None
+    if el.min_replicas > el.max_replicas:
+        return (
+            "spec.elastic.minReplicas",
+            f"{el.min_replicas} exceeds spec.elastic.maxReplicas ({el.max_replicas}): lower "
+            "minReplicas or raise maxReplicas",
+        )
+    if spec.framework.name not in ELASTIC_FRAMEWORKS:
+        return (
+            "spec.elastic",
+            f"framework {spec.framework.name} cannot resize a running gang; remove "
+            f"spec.elastic or use framework {' or '.join(ELASTIC_FRAMEWORKS)}",
+        )
+    worker = spec.replica_specs.get("Worker")
+    if worker is not None and worker.replicas != el.max_replicas:
+        return (
+            "spec.replicaSpecs.Worker.replicas",
+            f"{worker.replicas} must equal spec.elastic.maxReplicas ({el.max_replicas}) in an "
+            "elastic job: set both to the largest size",
+        )
+    return None
 
 
 TRAININGJOB_SPEC_VALIDATIONS = [
@@ -275,6 +346,16 @@ TRAININGJOB_SPEC_VALIDATIONS = [
         "'Server' in self.replicaSpecs)",
         "an mxnet job needs spec.replicaSpecs.Scheduler and spec.replicaSpecs.Server",
         ".replicaSpecs",
+    ),
+    _cel(
+        "!has(self.elastic) || self.framework.name in ['pytorch']",
+        "spec.elastic is for framework pytorch only (torchrun's elastic agent): remove it",
+        ".elastic",
+    ),
+    _cel(
+        "!has(self.elastic) || self.replicaSpecs['Worker'].replicas == self.elastic.maxReplicas",
+        "spec.replicaSpecs.Worker.replicas must equal spec.elastic.maxReplicas",
+        ".elastic",
     ),
 ]
 
@@ -350,6 +431,28 @@ class FailureStatus(ApiModel):
     message: str = Field(default="", description="What happened, in one sentence.")
 
 
+class SizeEstimate(ApiModel):
+    replicas: int = Field(description="Worker pods.")
+    seconds: float = Field(description="Estimated seconds of one 1 GiB allreduce.")
+    bottleneck: str = Field(default="", description="The widest link it crosses.")
+
+
+class ElasticStatus(ApiModel):
+    current_replicas: int = Field(
+        default=0, description="Worker pods the job runs with now (live, not being deleted)."
+    )
+    target_replicas: int = Field(
+        default=0, description="Worker pods admission gave the job: it grows or shrinks to this."
+    )
+    min_replicas: int = Field(default=0, description="spec.elastic.minReplicas.")
+    max_replicas: int = Field(default=0, description="spec.elastic.maxReplicas.")
+    allreduce_by_size: list[SizeEstimate] = Field(
+        default_factory=list,
+        description="The fabric cost model's 1 GiB allreduce estimate at each size from "
+        "minReplicas to maxReplicas, on the nodes the gang holds plus the nearest free ones.",
+    )
+
+
 class TrainingJobStatus(ApiModel):
     phase: Phase | None = Field(default=None, description="Summary of the conditions.")
     conditions: list[Condition] = Field(default_factory=list, description="Lifecycle conditions.")
@@ -394,4 +497,7 @@ class TrainingJobStatus(ApiModel):
     image_tried: list[str] = Field(
         default_factory=list,
         description="The releases image choice tried, in order, and why each was refused.",
+    )
+    elastic: ElasticStatus | None = Field(
+        default=None, description="An elastic job's current and target size (spec.elastic)."
     )

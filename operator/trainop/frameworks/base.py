@@ -88,12 +88,15 @@ class WiringInput:
 
     port: the rendezvous/coordinator port. The planner passes the framework's
     `FrameworkSpec.default_port` (or a user override); 29500 is torchrun's default.
+    elastic: (minReplicas, maxReplicas) of an elastic job (spec.elastic), else None: the
+    members are then one size of several, and the env must not depend on the count.
     """
 
     job: str
     namespace: str
     members: tuple[Member, ...]
     port: int = c.DEFAULT_MASTER_PORT
+    elastic: tuple[int, int] | None = None
 
     def of_role(self, role: str) -> tuple[Member, ...]:
         """Members of one role by replica index (for roles whose order is not a rank)."""

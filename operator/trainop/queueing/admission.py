@@ -46,6 +46,11 @@ The pass, in words:
      spread well beyond its ideal domain may wait (reason Topology) a bounded time for a
      better one; while it waits it holds that domain's free GPUs for the rest of the pass,
      holds no quota and preempts nobody, and the next job of its queue counts as the head.
+  8. Elastic jobs (queueing.elastic): a pending one is admitted at the largest size in
+     [min, max] that fits (steps 4-7 at each size, largest first; only the min size waits
+     for a domain or preempts); preemption shrinks elastic victims to min before evicting
+     anyone whole; after every line, one running elastic job may grow when no job of the
+     pass waits for GPUs.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainop.inventory import Snapshot
+from trainop.queueing import elastic
 from trainop.queueing.backfill import Blocks, Hold, blocks_for, new_hold
 from trainop.queueing.groups import Candidate, candidates, fleet_products, group_of
 from trainop.queueing.ledger import Ledger
@@ -264,7 +270,7 @@ class _Pass:
         is_head = q.name not in self.heads
         cands = self.candidates(job, q)
         blocks = self.blocks(job, q)
-        outcome = self.attempt(job, q, cands, blocks)
+        job, outcome = self.attempt_sized(job, q, cands, blocks)
         if outcome.topology is not None:
             self.wait_for_topology(job, q, cands, outcome.topology)
             return
@@ -305,6 +311,22 @@ class _Pass:
         for h in self.holds:
             if h.head == job.key:
                 h.reason = outcome.reason
+
+    def attempt_sized(
+        self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: Blocks
+    ) -> tuple[QueuedJob, _Outcome]:
+        """An elastic job at the largest size that fits cleanly (queueing.elastic); only its
+        smallest size may wait for a domain or preempt. A fixed-size job: as it is."""
+        tries = elastic.sizes(job)
+        if not tries:
+            return job, self.attempt(job, q, cands, blocks)
+        for size in tries[:-1]:
+            sized = elastic.at_size(job, size)
+            outcome = self.attempt(sized, q, cands, blocks)
+            if outcome.fit is not None and outcome.topology is None:
+                return sized, outcome
+        sized = elastic.at_size(job, tries[-1])
+        return sized, self.attempt(sized, q, cands, blocks)
 
     def attempt(  # noqa: C901, PLR0912 - quota group by group, then placement, each refusal with its reason
         self, job: QueuedJob, q: QueueState, cands: tuple[Candidate, ...], blocks: Blocks
@@ -410,17 +432,21 @@ class _Pass:
             q.name,
             Action.ADMIT,
             "Admitted",
-            f"admitted by queue {q.name}: {gpus}{lend}{where}",
+            f"admitted by queue {q.name}: {gpus}{lend}{where}{_sized(job)}",
             group=k,
             gpus=job.gpus,
             borrowed=borrow,
             placement=fit,
+            size=job.size if job.elastic is not None else None,
         )
 
     def preempt(self, job: QueuedJob, q: QueueState, plan: PreemptPlan, why: _Outcome) -> None:
         k = plan.candidate.group.name
         self.version += 1
         for r in plan.victims:
+            if r.shrink_to is not None:
+                self.shrink(r, job, plan.reason)
+                continue
             del self.running[r.key]
             self.ledger.uncharge(r.queue, r.group, r.job.gpus)
             if plan.reason == RECLAIM:
@@ -465,6 +491,72 @@ class _Pass:
             borrowed=plan.borrow,
             placement=plan.fit,
             victims=tuple(r.key for r in plan.victims),
+        )
+
+    def shrink(self, part: Running, preemptor: QueuedJob, reason: str) -> None:
+        """An elastic victim gives back its workers above min and keeps running."""
+        whole = self.running[part.key]
+        self.ledger.uncharge(part.queue, part.group, part.job.gpus)
+        size = part.shrink_to
+        assert size is not None
+        kept = elastic.after_shrink(whole.job, size)
+        self.running[part.key] = Running(kept, whole.group)
+        self.decisions[part.key] = JobDecision(
+            part.key,
+            part.queue,
+            Action.SHRINK,
+            reason,
+            f"shrinks from {elastic.current(whole.job)} to {size} workers (spec.elastic."
+            f"minReplicas {size}) to make room for {preemptor.key} ({reason}) instead of being "
+            "evicted",
+            group=part.group,
+            gpus=kept.gpus,
+            preemptor=preemptor.key,
+            size=size,
+        )
+
+    def grow(self) -> None:
+        """At most one running elastic job grows per pass, and only while no job of the
+        pass waits for GPUs (Quota, NoFit, Topology): waiting jobs have the higher claim."""
+        if any(
+            d.action == Action.WAIT and d.reason in (QUOTA, NOFIT, TOPOLOGY)
+            for d in self.decisions.values()
+        ):
+            return
+        for r in elastic.growth_order(self.running.values()):
+            q = self.queues.get(r.queue)
+            if q is None:
+                continue
+            group = q.group(r.group)
+            products = group.products if group is not None and group.products else None
+            for size in elastic.growth_sizes(r.job):
+                request = elastic.grow_request(r.job, size)
+                if not self.ledger.quota_fit(q, r.group, request.gpus).ok:
+                    continue
+                result = self.place(request, self.snapshot, products)
+                if isinstance(result, Fit):
+                    self.grow_to(r, q, request, result)
+                    return
+
+    def grow_to(self, r: Running, q: QueueState, request: QueuedJob, fit: Fit) -> None:
+        self.version += 1
+        self.ledger.charge(q.name, r.group, request.gpus)
+        self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
+        size = request.size
+        assert size is not None
+        before = elastic.current(r.job)
+        note = f"; {fit.note}" if fit.note else ""
+        self.decisions[r.key] = JobDecision(
+            r.key,
+            q.name,
+            Action.GROW,
+            "Grown",
+            f"grows from {before} to {size} workers: GPUs freed and no job waits for them; "
+            f"new workers on {', '.join(fit.nodes)}{note}",
+            group=r.group,
+            gpus=r.job.gpus + request.gpus,
+            placement=fit,
+            size=size,
         )
 
     def fits(
@@ -532,6 +624,13 @@ class _Pass:
         return Decisions(jobs=ordered, usage=self.usage())
 
 
+def _sized(job: QueuedJob) -> str:
+    if job.elastic is None or job.size is None:
+        return ""
+    lo, hi = job.elastic
+    return f" ({job.size} workers of {lo}-{hi}: the largest size that fits)"
+
+
 def admit(
     now: float,
     queues: Sequence[QueueState],
@@ -554,4 +653,5 @@ def admit(
     p.charge_admitted()
     p.line_up()
     p.run()
+    p.grow()
     return p.result()

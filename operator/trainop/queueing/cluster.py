@@ -200,10 +200,11 @@ def intake(
     queue, blocked = _queue_and_block(spec, ns, bool(held), inputs, snapshot, config)
     blocked_reason, blocked_message = blocked or (None, "")
     status = body.get("status") or {}
+    elastic = _elastic_fields(spec, meta.get("name", ""), pods, snapshot, held, assumed)
     return QueuedJob(
         key=job_key(body),
         queue=queue.name if queue is not None else (spec.queue or ""),
-        gpus=spec.total_gpus,
+        gpus=elastic.pop("gpus", spec.total_gpus),
         created=_ts(meta.get("creationTimestamp")) or now.timestamp(),
         priority=inputs.priorities.get(spec.priority_class_name or "", 0),
         products=tuple(spec.placement.gpu_products),
@@ -215,7 +216,53 @@ def intake(
         queued_since=_preempted_at(body),
         blocked_reason=blocked_reason,
         blocked_message=blocked_message,
+        **elastic,
     )
+
+
+def _elastic_fields(
+    spec: TrainingJobSpec,
+    name: str,
+    pods: Sequence[Mapping[str, Any]],
+    snapshot: Snapshot,
+    held: tuple[tuple[str, int], ...],
+    assumed: tuple[tuple[str, int], ...],
+) -> dict[str, Any]:
+    """QueuedJob's elastic fields (queueing.elastic); {} for a fixed-size job. A running
+    job's size is its live Workers, its GPUs what they hold; it is `resizing` while a Worker
+    is being deleted (a shrink under way) or pods assumed for a growth are not all seen."""
+    el = spec.elastic
+    if el is None:
+        return {}
+    per = spec.replica_specs["Worker"].gpus
+    out: dict[str, Any] = {"elastic": (el.min_replicas, el.max_replicas), "replica_gpus": per}
+    if not held:
+        return out
+    prefix = f"{name}-worker-"
+    workers: dict[int, str] = {}
+    deleting = False
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        suffix = str(meta.get("name", "")).removeprefix(prefix)
+        if is_terminated(pod) or not suffix.isdigit():
+            continue
+        if meta.get("deletionTimestamp"):
+            deleting = True
+            continue
+        binding = pod_binding(pod)
+        node = snapshot.get(binding[1]) if binding else None
+        workers[int(suffix)] = node.name if node is not None else (binding[1] if binding else "")
+    ordered = tuple((workers[i], per) for i in sorted(workers))
+    size = len(ordered)
+    if not size:  # admitted, pods not seen yet: the size from the GPUs assumed for it
+        size = sum(g for _, g in held) // per if per else el.max_replicas
+    out.update(
+        size=size,
+        workers=ordered,
+        gpus=spec.worker_gpus_at(size),
+        resizing=deleting or bool(assumed) or len(ordered) != size,
+    )
+    return out
 
 
 def _queue_and_block(

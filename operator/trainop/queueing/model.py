@@ -62,6 +62,8 @@ class Action(StrEnum):
     WAIT = "Wait"  # stays pending, with a reason
     PREEMPT = "Preempt"  # admitted, to be evicted now
     KEEP = "Keep"  # admitted before, stays
+    GROW = "Grow"  # elastic, admitted: add workers up to `size` (placement: the new ones)
+    SHRINK = "Shrink"  # elastic, admitted: remove its highest workers down to `size`
 
 
 class QueueConfigError(ValueError):
@@ -274,6 +276,18 @@ class QueuedJob:
     blocked_reason: str | None = None
     blocked_message: str = ""
     expected_end: float | None = None
+    # Elastic jobs (spec.elastic; queueing.elastic): (minReplicas, maxReplicas) of the Worker
+    # role and the GPUs of one Worker; `size` the Worker count this record stands for (an
+    # admitted job: the count it runs; a pending one: the size being tried), `workers` the
+    # (node, GPUs) of each running Worker by index (a shrink frees the highest), `grow_from`
+    # set only on a growth try (the placer places workers grow_from..size-1), `resizing` while
+    # a resize the watch has not shown yet is under way (no other resize then).
+    elastic: tuple[int, int] | None = None
+    replica_gpus: int = 0
+    size: int | None = None
+    workers: tuple[tuple[str, int], ...] = ()
+    grow_from: int | None = None
+    resizing: bool = False
 
     @property
     def waiting_since(self) -> float:
@@ -293,6 +307,7 @@ class Fit:
     nodes: tuple[str, ...] = ()
     allreduce: AllreduceEstimate | None = None
     ideal: AllreduceEstimate | None = None
+    note: str = ""  # what the placer wants said, e.g. that an elastic growth crosses a domain
 
 
 @dataclass(frozen=True)
@@ -336,10 +351,11 @@ class JobDecision:
     placement: Fit | None = None
     victims: tuple[str, ...] = ()
     preemptor: str | None = None
+    size: int | None = None  # elastic: the Worker count admitted (Admit, Grow, Shrink)
 
     @property
     def admitted(self) -> bool:
-        return self.action in (Action.ADMIT, Action.KEEP)
+        return self.action in (Action.ADMIT, Action.KEEP, Action.GROW, Action.SHRINK)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ class Running:
     job: QueuedJob
     group: str
     fresh: bool = False
+    # Set on a shrink slice (queueing.elastic): `job` is then only the workers an elastic
+    # job gives back, and it keeps running with `shrink_to` workers.
+    shrink_to: int | None = None
 
     @property
     def key(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from trainop.api.constants import RESOURCE_MIG_PREFIX
@@ -23,6 +24,7 @@ from trainop.planner import (
     Wait,
     config_for_queue,
     ideal_placement,
+    plan_growth,
     plan_job,
     resolve,
 )
@@ -149,7 +151,15 @@ class PlannerPlacer:
                 if queue is not None
                 else self.config
             )
-            result = plan_job(body, snapshot, config, gang_generation=generation)
+            if job.grow_from is not None:
+                return self._growth(job, body, snapshot, config, generation)
+            result = plan_job(
+                body,
+                snapshot,
+                config,
+                gang_generation=generation,
+                workers=job.size if job.elastic is not None else None,
+            )
         except InvalidJob as exc:
             # e.g. no image of the framework runs on this group's GPUs: another group may do.
             return Unfit(INCOMPATIBLE, f"{exc.field}: {exc.detail}")
@@ -159,6 +169,30 @@ class PlannerPlacer:
         if len(result.placement.nodes) > 1:
             ideal = self.ideal(job.key, body, snapshot)
         return fit_of(result, snapshot, ideal)
+
+    def _growth(
+        self,
+        job: QueuedJob,
+        body: Mapping[str, Any],
+        snapshot: Snapshot,
+        config: OperatorConfig,
+        generation: int,
+    ) -> Fit | Unfit:
+        """The new workers of a growth (queueing.elastic), placed near the gang's nodes."""
+        assert job.grow_from is not None and job.size is not None
+        result = plan_growth(
+            body,
+            snapshot,
+            config,
+            grow_from=job.grow_from,
+            size=job.size,
+            held=[node for node, _ in job.nodes],
+            gang_generation=generation,
+        )
+        if isinstance(result, Wait):
+            return Unfit(result.reason, result.message)
+        plan, where = result
+        return replace(fit_of(plan, snapshot), note=where)
 
 
 def _placeable_key(

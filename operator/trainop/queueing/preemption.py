@@ -15,7 +15,9 @@ Candidates go lowest priority first, then youngest (latest start) first; victims
 added one by one until quota and placement fit; then each victim but the last is tried
 back (most valuable first) and kept running when the head still fits. If no set of
 victims makes the head fit, nobody is preempted. Jobs admitted in this pass are never
-victims.
+victims. Elastic gangs (queueing.elastic) are offered first as shrink slices (their
+workers above minReplicas), before any whole gang; a plan only whole evictions can make
+is tried after that.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from trainop.inventory import Snapshot
+from trainop.queueing.elastic import shrink_first
 from trainop.queueing.groups import Candidate
 from trainop.queueing.ledger import Ledger
 from trainop.queueing.model import PRIORITY, RECLAIM, Fit, QueuedJob, QueueState
@@ -74,7 +77,7 @@ def plan_preemption(
             lent = sorted(
                 (r for r in pool if r.queue in members and r.group == k), key=victim_order
             )
-            plan = search(c, lent, RECLAIM, ledger, fits)
+            plan = _search_shrinking_first(c, lent, RECLAIM, ledger, fits)
             if plan is not None:
                 return plan
     if q.within_queue == "LowerPriority":
@@ -83,10 +86,22 @@ def plan_preemption(
                 (r for r in pool if r.queue == q.name and r.job.priority < job.priority),
                 key=same_group_first(c.group.name),
             )
-            plan = search(c, lower, PRIORITY, ledger, fits)
+            plan = _search_shrinking_first(c, lower, PRIORITY, ledger, fits)
             if plan is not None:
                 return plan
     return None
+
+
+def _search_shrinking_first(
+    c: Candidate, pool: list[Running], reason: str, ledger: Ledger, fits: Fits
+) -> PreemptPlan | None:
+    """Shrink elastic gangs before evicting anyone whole (see queueing.elastic)."""
+    shrinking = shrink_first(pool)
+    if any(r.shrink_to is not None for r in shrinking):
+        plan = search(c, shrinking, reason, ledger, fits)
+        if plan is not None:
+            return plan
+    return search(c, pool, reason, ledger, fits)
 
 
 def search(
