@@ -41,9 +41,11 @@ def cluster() -> None:
     "images push (crane, a local registry).",
 )
 def build(real_nodes: bool) -> None:
-    """Build (once) and cache every binary the local cluster and the tests need."""
+    """Build (once) and cache every binary the local cluster and the tests need (Kueue's
+    controller manager included, for the `externalQueue: kueue` tests)."""
     try:
         found = binaries.resolve_binaries()
+        found.update(binaries.resolve_binaries(components=(binaries.KUEUE,)))
         if real_nodes:
             found.update(binaries.resolve_binaries(components=binaries.NODE_COMPONENTS))
             found.update(binaries.resolve_binaries(components=binaries.REGISTRY_COMPONENTS))

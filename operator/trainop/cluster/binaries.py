@@ -28,6 +28,9 @@ COREDNS_VERSION = "v1.14.7"
 # pushes to a local CNCF Distribution registry (https://distribution.github.io/distribution/).
 CRANE_VERSION = "v0.22.1"
 DISTRIBUTION_VERSION = "v3.1.2"
+# Kueue's controller manager for `externalQueue: kueue` (trainop.cluster.kueue, docs/kueue.md).
+# Its go.mod declares `go 1.25.0` and has no replace directives: a plain `go install`.
+KUEUE_VERSION = "v0.17.0"
 
 # Staging modules of k8s.io/kubernetes: its go.mod replaces each with ./staging/src/...,
 # which `go build` outside that tree cannot follow, so our module pins every one to the
@@ -135,9 +138,12 @@ func main() { registry.RootCmd.Execute() }
 CRANE = Component("crane", CRANE_VERSION, ("crane",))
 DISTRIBUTION = Component("distribution", DISTRIBUTION_VERSION, ("registry",))
 REGISTRY_COMPONENTS = (CRANE, DISTRIBUTION)
+# Built by `trainop cluster build` (so `make build-binaries` and CI have it), but not needed
+# by `cluster up`: only the Kueue integration tests and `bench/scale.py --kueue` start it.
+KUEUE = Component("kueue", KUEUE_VERSION, ("kueue",))
 # Never taken from PATH: a distro kubectl or containerd 1.x of another version would not
 # do, and `registry` is too generic a name to trust.
-VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s", "distribution")
+VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s", "distribution", "kueue")
 
 # Modules without replace directives: plain `go install <module>/<binary>@<version>`.
 # containerd's build tag drops the btrfs snapshotter, the one part that needs cgo (https://github.com/containerd/containerd/blob/main/BUILDING.md).
@@ -146,6 +152,7 @@ GO_INSTALL = {
     "helm": ("helm.sh/helm/v3/cmd/{binary}", ()),
     "containerd": ("github.com/containerd/containerd/v2/cmd/{binary}", ("no_btrfs",)),
     "crane": ("github.com/google/go-containerregistry/cmd/{binary}", ()),
+    "kueue": ("sigs.k8s.io/kueue/cmd/{binary}", ()),
 }
 
 
