@@ -297,6 +297,10 @@ class QueueBuilder:
     def cohort(self, name: str) -> QueueBuilder:
         return self.set("cohort", name)
 
+    def parent(self, name: str) -> QueueBuilder:
+        """Nest this queue under TrainingQueue `name` (spec.parent)."""
+        return self.set("parent", name)
+
     def weight(self, weight: float) -> QueueBuilder:
         return self.set("weight", weight)
 

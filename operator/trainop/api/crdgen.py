@@ -198,6 +198,44 @@ def build_crd(spec: CrdSpec) -> dict[str, Any]:
     }
 
 
+def _trainingqueue_crd(age: dict[str, Any]) -> CrdSpec:
+    from trainop.api.trainingqueue import (
+        ROOT_VALIDATIONS,
+        SPEC_VALIDATIONS,
+        TrainingQueueSpec,
+        TrainingQueueStatus,
+    )
+
+    return CrdSpec(
+        kind="TrainingQueue",
+        plural="trainingqueues",
+        singular="trainingqueue",
+        scope="Cluster",
+        spec_model=TrainingQueueSpec,
+        status_model=TrainingQueueStatus,
+        short_names=("tq",),
+        description="A tenant queue: which namespaces it serves, GPU quotas per product, "
+        "cohort borrowing or a parent queue, fair-share weight and tenant policy.",
+        spec_validations=tuple(SPEC_VALIDATIONS),
+        root_validations=tuple(ROOT_VALIDATIONS),
+        printer_columns=(
+            {
+                "name": "Active",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Active")].status',
+            },
+            {"name": "Cohort", "type": "string", "jsonPath": ".spec.cohort"},
+            {"name": "Parent", "type": "string", "jsonPath": ".spec.parent"},
+            {"name": "Level", "type": "integer", "jsonPath": ".status.level"},
+            {"name": "Usage", "type": "string", "jsonPath": ".status.summary"},
+            {"name": "Weight", "type": "number", "jsonPath": ".spec.weight"},
+            {"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedJobs"},
+            {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingJobs"},
+            age,
+        ),
+    )
+
+
 def all_crd_specs() -> list[CrdSpec]:
     # Imported here so `crdgen` stays importable while a model module is being edited.
     from trainop.api.fabricprofile import FabricProfileSpec
@@ -207,7 +245,6 @@ def all_crd_specs() -> list[CrdSpec]:
         TrainingJobSpec,
         TrainingJobStatus,
     )
-    from trainop.api.trainingqueue import TrainingQueueSpec, TrainingQueueStatus
 
     age = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     return [
@@ -234,29 +271,7 @@ def all_crd_specs() -> list[CrdSpec]:
                 age,
             ),
         ),
-        CrdSpec(
-            kind="TrainingQueue",
-            plural="trainingqueues",
-            singular="trainingqueue",
-            scope="Cluster",
-            spec_model=TrainingQueueSpec,
-            status_model=TrainingQueueStatus,
-            short_names=("tq",),
-            description="A tenant queue: which namespaces it serves, GPU quotas per product, "
-            "cohort borrowing, fair-share weight and tenant policy.",
-            printer_columns=(
-                {
-                    "name": "Active",
-                    "type": "string",
-                    "jsonPath": '.status.conditions[?(@.type=="Active")].status',
-                },
-                {"name": "Cohort", "type": "string", "jsonPath": ".spec.cohort"},
-                {"name": "Weight", "type": "number", "jsonPath": ".spec.weight"},
-                {"name": "Admitted", "type": "integer", "jsonPath": ".status.admittedJobs"},
-                {"name": "Pending", "type": "integer", "jsonPath": ".status.pendingJobs"},
-                age,
-            ),
-        ),
+        _trainingqueue_crd(age),
         CrdSpec(
             kind="FabricProfile",
             plural="fabricprofiles",

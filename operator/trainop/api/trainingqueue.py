@@ -1,4 +1,8 @@
-"""Pydantic models of the cluster-scoped TrainingQueue: tenants, GPU quotas, cohorts, policy."""
+"""Pydantic models of the cluster-scoped TrainingQueue: tenants, GPU quotas, cohorts, policy.
+
+Queues nest by `spec.parent` (division > team > project, to any depth); the tree's rules
+live in `queueing.hierarchy`, the quota arithmetic in `queueing.ledger`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, JsonValue
 
 from trainop.api.base import ApiModel
-from trainop.api.trainingjob import Condition
+from trainop.api.trainingjob import DNS_SUBDOMAIN, Condition
 
 
 class NamespaceSelector(ApiModel):
@@ -34,7 +38,9 @@ class GpuQuota(ApiModel):
     borrowing_limit: int | None = Field(
         default=None,
         ge=0,
-        description="At most this many GPUs borrowed from the cohort; empty: no limit.",
+        description="At most this many GPUs borrowed from the cohort, or (for a queue in a "
+        "tree) from outside this queue's quota, i.e. from its siblings and above; empty: no "
+        "limit.",
     )
 
 
@@ -122,6 +128,25 @@ QUOTA_VALIDATIONS: list[JsonValue] = [
 ]
 
 
+# Tree rules CEL can state on the spec alone (queueing.hierarchy checks cycles, a parent that
+# does not exist and children whose quotas exceed their parent's).
+SPEC_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.parent) || !has(self.cohort)",
+        "message": "spec.cohort and spec.parent exclude each other: a queue in a tree shares "
+        "through its parent; set spec.cohort on the tree's root only",
+    },
+]
+# Rules that need the object's name (CEL sees metadata.name at the root).
+ROOT_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.spec) || !has(self.spec.parent) || self.spec.parent != self.metadata.name",
+        "message": "spec.parent names the queue itself: name another TrainingQueue, or leave "
+        "spec.parent empty for a root",
+    },
+]
+
+
 class TrainingQueueSpec(ApiModel):
     """Desired state of a TrainingQueue."""
 
@@ -141,6 +166,16 @@ class TrainingQueueSpec(ApiModel):
     )
     cohort: str | None = Field(
         default=None, description="Queues of one cohort lend each other idle quota."
+    )
+    parent: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The TrainingQueue this one is part of (queues nest to any depth). Its "
+        "quotas are guaranteed within the parent's, which must cover the quotas of all its "
+        "children; it borrows first from its siblings, then from above, within each level's "
+        "borrowingLimit. Jobs go to leaf queues (those no queue names as parent).",
     )
     weight: float = Field(default=1.0, gt=0, description="Fair-share weight across queues.")
     backfill_wait_seconds: int = Field(
@@ -187,3 +222,13 @@ class TrainingQueueStatus(ApiModel):
     usage: list[ProductUsage] = Field(default_factory=list, description="Per product group.")
     admitted_jobs: int = Field(default=0, description="Jobs admitted and not finished.")
     pending_jobs: int = Field(default=0, description="Jobs waiting.")
+    path: str | None = Field(
+        default=None,
+        description="The queue's place in its tree, root first (e.g. org/vision/detect); a "
+        "parent's usage, counts and borrowing add up its whole subtree.",
+    )
+    level: int | None = Field(default=None, description="Depth in its tree: 1 for a root.")
+    summary: str | None = Field(
+        default=None,
+        description="Usage per product group as used/quota, with +borrowed (kubectl get tq).",
+    )

@@ -84,7 +84,7 @@ from trainop.queueing.model import (
     QuotaGroup,
     Unfit,
 )
-from trainop.queueing.ordering import Running, line_order, queue_order
+from trainop.queueing.ordering import QueueKey, Running, line_order, queue_order
 from trainop.queueing.preemption import PreemptPlan, plan_preemption, released
 from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
 from trainop.queueing.topowait import TopologyWait, topology_wait
@@ -198,7 +198,7 @@ class _Pass:
     # --- the fair-share loop -------------------------------------------------------------
     def run(self) -> None:
         cursor: dict[str, int] = dict.fromkeys(self.lines, 0)
-        order_cache: dict[str, tuple[tuple[int, int], tuple[bool, float, int, float, str]]] = {}
+        order_cache: dict[str, tuple[tuple[int, int], QueueKey]] = {}
         for name, line in self.lines.items():
             self.maybe_hold(line[0], self.queues[name])
         while True:
@@ -209,7 +209,7 @@ class _Pass:
                 self.consider_rest(live[0], cursor[live[0]])
                 return
 
-            def order(name: str) -> tuple[bool, float, int, float, str]:
+            def order(name: str) -> QueueKey:
                 # Cached until usage changes: most jobs wait, and waiting changes nothing.
                 memo = (self.version, cursor[name])
                 hit = order_cache.get(name)
@@ -217,7 +217,8 @@ class _Pass:
                     return hit[1]
                 q = self.queues[name]
                 head = self.lines[name][cursor[name]]
-                key = queue_order(self.would_borrow(head, q), self.ledger.share(q), head, name)
+                shares = self.ledger.share_path(q)  # root first: DRF among siblings per level
+                key = queue_order(self.would_borrow(head, q), shares, head, name)
                 order_cache[name] = (memo, key)
                 return key
 

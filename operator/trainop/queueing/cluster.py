@@ -11,8 +11,9 @@ as placer, and returns the decisions, each queue's usage for its status and ever
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
@@ -20,6 +21,7 @@ from trainop.inventory import Snapshot
 from trainop.inventory.pods import is_terminated, pod_binding, pod_request
 from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
+from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors
 from trainop.queueing.inadmissible import fleet_shortfall, quota_shortfall
 from trainop.queueing.model import (
     INADMISSIBLE,
@@ -62,7 +64,9 @@ def load_queues(
         except QueueConfigError as exc:
             broken[exc.queue] = exc
             queues.append(broken_queue(obj, exc))
-    return queues, broken
+    in_trees = tree_errors(queues)  # cycles, missing parents, children over their parent
+    broken.update(in_trees)
+    return [replace(q, error=in_trees[q.name]) if q.name in in_trees else q for q in queues], broken
 
 
 def in_line(body: Mapping[str, Any], priorities: Mapping[str, int], config: OperatorConfig) -> bool:
@@ -100,9 +104,15 @@ def _priority_missing(spec: TrainingJobSpec, priorities: Mapping[str, int]) -> b
     return False
 
 
-def _blocked_by_queue(queue: QueueState | None) -> tuple[str, str] | None:
+def _blocked_by_queue(queue: QueueState | None, inputs: Inputs) -> tuple[str, str] | None:
     if queue is not None and queue.error is not None:
         return QUEUE_INVALID, queue_invalid_message(queue)
+    if queue is not None and queue.name in inputs.parents:
+        kids = ", ".join(inputs.parents[queue.name])
+        return POLICY, (
+            f"spec.queue: TrainingQueue {queue.name} is a parent queue (of {kids}): jobs go "
+            "to leaf queues; name one of its leaves in spec.queue"
+        )
     return None
 
 
@@ -156,6 +166,12 @@ class Inputs:
     namespace_labels: Mapping[str, Mapping[str, str]]
     priorities: Mapping[str, int]
     broken: Mapping[str, QueueConfigError] = field(default_factory=dict)
+
+    @cached_property
+    def parents(self) -> Mapping[str, tuple[str, ...]]:
+        """Queues some usable queue names as its parent, with those children: they take
+        no jobs themselves (queueing.hierarchy)."""
+        return build_tree(q for q in self.queues if q.error is None).children
 
 
 def cycle_inputs(
@@ -281,7 +297,7 @@ def _queue_and_block(
         queue = resolve_queue(ns, spec.queue, inputs.queues, inputs.namespace_labels.get(ns))
     except QueueError as exc:
         return None, (POLICY, str(exc))
-    queue_block = _blocked_by_queue(queue)
+    queue_block = _blocked_by_queue(queue, inputs)
     if queue_block is not None:  # fail closed: its jobs wait on the broken queue
         return queue, queue_block
     if held:
@@ -387,4 +403,7 @@ def decide(
         placer,
         topology_wait_seconds=config.topology_wait_seconds,
     )
+    tree = build_tree(usable)
+    if tree.children:  # a parent's status shows its whole subtree
+        decisions = Decisions(decisions.jobs, roll_up(decisions.usage, tree))
     return PassResult(decisions, {j.key: j for j in jobs}, inputs.broken, intakes)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from trainop.inventory import Snapshot
 from trainop.placement import BLOCK, NODE, RACK, level_names
-from trainop.queueing.model import QueueState
+from trainop.queueing.model import QueueState, QuotaGroup
 
 
 def _alloc(snapshot: Snapshot, products: tuple[str, ...]) -> tuple[int, int]:
@@ -106,6 +106,8 @@ def quota_shortfall(
     ]
     if not groups:
         return None  # which group serves it is the quota's own message (Policy / Quota)
+    if queue.parent:
+        return _tree_shortfall(gpus, queue, groups, queues)
     lend = _lendable(queue, queues)
     best = max(groups, key=lambda g: _ceiling(g.nominal, g.borrowing_limit, lend.get(g.name, 0)))
     ceiling = _ceiling(best.nominal, best.borrowing_limit, lend.get(best.name, 0))
@@ -116,6 +118,49 @@ def quota_shortfall(
         f"needs {gpus} GPUs; TrainingQueue {queue.name} can never have more than {ceiling} "
         f"for group {best.name} ({best.nominal} nominal + {borrow} it may borrow)"
     )
+
+
+def _tree_shortfall(
+    gpus: int, queue: QueueState, groups: Sequence[QuotaGroup], queues: Sequence[QueueState]
+) -> str | None:
+    """quota_shortfall for a queue in a tree: the lowest ceiling on its path to the root
+    (each level's nominal plus its borrowingLimit; the root's as a flat queue's)."""
+    by_name = {q.name: q for q in queues}
+    best: tuple[int, str, str] | None = None  # (ceiling, group, the level that caps it)
+    for g in groups:
+        cap, where = _tree_ceiling(queue, g.name, by_name, queues)
+        if best is None or cap > best[0]:
+            best = (cap, g.name, where)
+    if best is None or gpus <= best[0]:
+        return None
+    return (
+        f"needs {gpus} GPUs; TrainingQueue {queue.name} can never have more than {best[0]} "
+        f"for group {best[1]}: {best[2]} caps it"
+    )
+
+
+def _tree_ceiling(
+    queue: QueueState,
+    group: str,
+    by_name: Mapping[str, QueueState],
+    queues: Sequence[QueueState],
+) -> tuple[int, str]:
+    cap, where = 1 << 62, queue.name
+    seen: set[str] = set()
+    q: QueueState | None = queue
+    while q is not None and q.name not in seen:
+        seen.add(q.name)
+        g = q.group(group)
+        nominal, limit = (g.nominal, g.borrowing_limit) if g else (0, None)
+        if q.parent is None or q.parent not in by_name:
+            lend = _lendable(q, queues).get(group, 0)
+            here = _ceiling(nominal, limit, lend)
+        else:
+            here = nominal + limit if limit is not None else 1 << 62
+        if here < cap:
+            cap, where = here, f"{q.name} (quota {nominal}, borrowingLimit {limit})"
+        q = by_name.get(q.parent) if q.parent else None
+    return cap, where
 
 
 def _ceiling(nominal: int, limit: int | None, lendable: int) -> int:

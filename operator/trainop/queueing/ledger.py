@@ -9,12 +9,25 @@ Quota rule (as Kueue's ClusterQueue/cohort). For queue Q, group k, a gang of g G
     quota other members leave idle. A queue without a cohort cannot borrow.
 Members of a cohort lend per group key (QuotaGroup.name): a member without that group lends 0.
 
+Queue trees (spec.parent; queueing.hierarchy). A parent's used is its subtree's: charging a
+leaf charges every queue on its path. A gang of g GPUs for leaf L fits when, at every level
+N on the path from L up to its root (u = used(N,k) + g):
+  * u <= nominal(N,k): within N's guarantee at this level, or
+  * N borrows b = u - nominal(N,k) within N's borrowingLimit for k, from its parent, which
+    is checked the same way one level up; the root lends nothing beyond its quota unless it
+    is a member of a flat cohort (then the cohort rule above, over whole trees).
+So borrowing comes from siblings first (the parent's quota their idle GPUs leave room in),
+and from further up only when the parent itself is full. Children's quotas add up to at
+most their parent's (checked by queueing.hierarchy), so a leaf within its quota is owed its
+GPUs at every level: when another level is full, its borrowers are reclaimed (`lends`).
+
 Fair share (weighted dominant-resource share, the order in which queues' heads go next):
   share(Q) = max over Q's groups k of used(Q,k) / max(nominal(Q,k), 1), divided by weight(Q)
 i.e. each tenant's most used group relative to its entitlement. A queue at 25% of its H100
 quota goes before one at 75%; weight 2 counts usage at half. Unlimited queues use the
 fleet's GPU count as their entitlement. Ties: the head with higher priority, then the older
-head, then the queue name.
+head, then the queue name. In a tree, queues compare by `share_path` (the shares from the
+root down to the queue): siblings by their own share at each level, as hierarchical DRF.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainop.queueing.hierarchy import Tree, build_tree
 from trainop.queueing.model import QueueState
 
 
@@ -48,6 +62,9 @@ class Ledger:
             if q.cohort and not q.unlimited:
                 members[q.cohort].append(q.name)
         self._cohorts = {c: tuple(sorted(names)) for c, names in members.items()}
+        self.tree: Tree = build_tree(q for q in queues.values() if not q.unlimited)
+        # queue -> the queues charged with its jobs: itself, then its ancestors
+        self._paths = {name: self.tree.path(name) for name in self.tree.parent}
 
     def copy(self) -> Ledger:
         other = Ledger.__new__(Ledger)
@@ -56,21 +73,47 @@ class Ledger:
         other.used = defaultdict(int, self.used)
         other.running = defaultdict(int, self.running)
         other._cohorts = self._cohorts
+        other.tree = self.tree
+        other._paths = self._paths
         return other
 
+    def path(self, queue: str) -> tuple[str, ...]:
+        """`queue` and its ancestors, leaf first (just `queue` outside a tree)."""
+        return self._paths.get(queue, (queue,))
+
     def charge(self, queue: str, group: str, gpus: int) -> None:
-        self.used[(queue, group)] += gpus
+        for n in self.path(queue):
+            self.used[(n, group)] += gpus
         self.running[queue] += 1
 
     def uncharge(self, queue: str, group: str, gpus: int) -> None:
-        self.used[(queue, group)] -= gpus
+        for n in self.path(queue):
+            self.used[(n, group)] -= gpus
         self.running[queue] -= 1
 
+    def in_tree(self, queue: QueueState) -> bool:
+        return not queue.unlimited and self.tree.in_tree(queue.name)
+
     def members(self, queue: QueueState) -> tuple[str, ...]:
-        """Queues sharing quota with `queue` (itself included)."""
+        """Queues sharing quota with `queue` (itself included): its cohort, or in a tree
+        every queue of its tree (and of the trees its root's cohort holds)."""
+        if self.in_tree(queue):
+            root = self.queues[self.path(queue.name)[-1]]
+            roots = self._cohorts.get(root.cohort, (root.name,)) if root.cohort else (root.name,)
+            return tuple(n for r in roots for n in self.tree.subtree(r))
         if queue.cohort and not queue.unlimited:
             return self._cohorts.get(queue.cohort, (queue.name,))
         return (queue.name,)
+
+    def lends(self, victim: str, group: str, to: str | None = None) -> bool:
+        """Whether reclaim for queue `to` may take a gang of `victim`'s: in a tree, every
+        queue on the victim's path below the level it shares with `to` uses more than its
+        quota (it borrowed), so no level is taken below its guarantee; else `victim`
+        borrows `group` at all."""
+        if to is None or victim not in self._paths:
+            return self.borrowed(victim, group) > 0
+        below = self.tree.below_common(victim, to) or (victim,)
+        return all(self.borrowed(n, group) > 0 for n in below)
 
     def cohort_room(self, queue: QueueState, group: str) -> int:
         """Nominal minus used over the cohort's members for `group` (may be negative)."""
@@ -92,6 +135,8 @@ class Ledger:
         """Whether a gang of `gpus` fits the quota of `queue`'s `group` now (see module doc)."""
         if queue.unlimited:
             return QuotaVerdict(True, 0)
+        if self.in_tree(queue):
+            return self._tree_fit(queue, group, gpus)
         nominal = queue.nominal(group)
         used = self.used[(queue.name, group)]
         after = used + gpus
@@ -134,6 +179,57 @@ class Ledger:
                 f"{head}: it would borrow {borrow}, but cohort {queue.cohort} has {lends} to lend",
             )
         return QuotaVerdict(True, borrow)
+
+    def _tree_fit(self, queue: QueueState, group: str, gpus: int) -> QuotaVerdict:
+        """`quota_fit` for a queue in a tree: every level on its path (see module doc)."""
+        path = self.path(queue.name)
+        nominal, used = queue.nominal(group), self.used[(queue.name, group)]
+        borrow = max(0, used + gpus - nominal)
+        head = (
+            f"queue {queue.name} uses {used} of its {nominal} {group} GPUs and the job needs {gpus}"
+        )
+        for i, name in enumerate(path):
+            why = self._level_blocks(name, group, gpus, is_root=i == len(path) - 1)
+            if why is None:
+                continue
+            level = len(path) - i
+            where = f"held at {name} (level {level} of {len(path)}, root first)"
+            if borrow == 0:
+                return QuotaVerdict(
+                    False,
+                    0,
+                    f"{head}: within its quota, but {where}: {why}; the queues there that "
+                    "borrowed give it back (reclaim)",
+                    reclaimable=True,
+                )
+            return QuotaVerdict(False, borrow, f"{head}: {where}: {why}")
+        return QuotaVerdict(True, borrow)
+
+    def _level_blocks(self, name: str, group: str, gpus: int, *, is_root: bool) -> str | None:
+        """Why one level of a tree cannot take `gpus` more of `group` (None: it can)."""
+        q = self.queues[name]
+        nominal = q.nominal(group)
+        after = self.used[(name, group)] + gpus
+        if after <= nominal:
+            return None
+        b = after - nominal
+        g = q.group(group)
+        limit = g.borrowing_limit if g else None
+        uses = f"{name} would use {after} of its {nominal} {group} GPUs"
+        if limit is not None and b > limit:
+            return f"{uses}, borrowing {b}, above its borrowingLimit of {limit}"
+        if not is_root:
+            return None  # borrowed from the parent: the next level checks it
+        if not q.cohort:
+            return f"{uses} and it is the tree's root: nothing above it to borrow from"
+        room = self.cohort_room(q, group)
+        if room < gpus:
+            return f"{uses} and cohort {q.cohort} has {max(room, 0)} idle {group} GPUs to lend"
+        return None
+
+    def share_path(self, queue: QueueState) -> tuple[float, ...]:
+        """The weighted shares from the root down to `queue` (one share outside a tree)."""
+        return tuple(self.share(self.queues[n]) for n in reversed(self.path(queue.name)))
 
     def share(self, queue: QueueState) -> float:
         """Weighted dominant-resource share (see module doc)."""

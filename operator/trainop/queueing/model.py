@@ -117,6 +117,7 @@ class QueueState:
     name: str
     groups: tuple[QuotaGroup, ...] = ()
     cohort: str | None = None
+    parent: str | None = None  # spec.parent: the queue's place in a tree (queueing.hierarchy)
     weight: float = 1.0
     backfill_wait_seconds: float = 300.0
     reclaim_within_cohort: bool = True
@@ -177,6 +178,7 @@ class QueueState:
             name=name,
             groups=tuple(groups),
             cohort=spec.cohort or None,
+            parent=spec.parent or None,
             weight=spec.weight,
             backfill_wait_seconds=float(spec.backfill_wait_seconds),
             reclaim_within_cohort=spec.preemption.reclaim_within_cohort,

@@ -50,12 +50,18 @@ def line_order(job: QueuedJob) -> tuple[int, float, str]:
     return (-job.priority, job.created, job.key)
 
 
+QueueKey = tuple[bool, tuple[float, ...], int, float, str]
+
+
 def queue_order(
-    would_borrow: bool, share: float, head: QueuedJob, queue: str
-) -> tuple[bool, float, int, float, str]:
+    would_borrow: bool, share: float | tuple[float, ...], head: QueuedJob, queue: str
+) -> QueueKey:
     """Across queues (lowest first): heads within their nominal quota before borrowers,
-    then the lower weighted share, then the head's priority and age."""
-    return (would_borrow, share, -head.priority, head.created, queue)
+    then the lower weighted share, then the head's priority and age. In a queue tree
+    `share` is the shares from the root down (queueing.ledger.share_path): the subtree
+    with the lower share goes first at each level, as hierarchical DRF."""
+    shares = share if isinstance(share, tuple) else (share,)
+    return (would_borrow, shares, -head.priority, head.created, queue)
 
 
 def victim_order(r: Running) -> tuple[int, float, float, int, str]:

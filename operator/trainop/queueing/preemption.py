@@ -8,7 +8,9 @@ the victims gone (on a what-if snapshot); `queueing.ordering` orders the candida
 The rules, in words:
   (a) Reclaim: when the head fits its queue's nominal quota, admitted gangs of cohort
       members that borrow that group are candidates, as long as their queue still
-      borrows;
+      borrows; in a queue tree, gangs of queues whose path below the level they share
+      with the head's queue borrows at every step (`Ledger.lends`): reclaim goes down the
+      tree to whoever borrowed, never below a level's guarantee;
   (b) Priority (preemption.withinQueue LowerPriority): admitted gangs of the same queue
       with lower priority.
 Candidates go lowest priority first, then youngest (latest start) first; victims are
@@ -68,7 +70,7 @@ def plan_preemption(
     """The first plan that works: reclaim within the cohort, then lower priority within
     the queue, each group of `cands` in order (`excluded`: groups held for another head)."""
     pool = [r for r in running if not r.fresh]
-    if q.cohort and q.reclaim_within_cohort and not q.unlimited:
+    if (q.cohort or ledger.in_tree(q)) and q.reclaim_within_cohort and not q.unlimited:
         members = set(ledger.members(q)) - {q.name}
         for c in (c for c in cands if c.group.name not in excluded):
             k = c.group.name
@@ -77,7 +79,7 @@ def plan_preemption(
             lent = sorted(
                 (r for r in pool if r.queue in members and r.group == k), key=victim_order
             )
-            plan = _search_shrinking_first(c, lent, RECLAIM, ledger, fits)
+            plan = _search_shrinking_first(c, lent, RECLAIM, ledger, fits, q.name)
             if plan is not None:
                 return plan
     if q.within_queue == "LowerPriority":
@@ -93,27 +95,38 @@ def plan_preemption(
 
 
 def _search_shrinking_first(
-    c: Candidate, pool: list[Running], reason: str, ledger: Ledger, fits: Fits
+    c: Candidate,
+    pool: list[Running],
+    reason: str,
+    ledger: Ledger,
+    fits: Fits,
+    requester: str | None = None,
 ) -> PreemptPlan | None:
     """Shrink elastic gangs before evicting anyone whole (see queueing.elastic)."""
     shrinking = shrink_first(pool)
     if any(r.shrink_to is not None for r in shrinking):
-        plan = search(c, shrinking, reason, ledger, fits)
+        plan = search(c, shrinking, reason, ledger, fits, requester)
         if plan is not None:
             return plan
-    return search(c, pool, reason, ledger, fits)
+    return search(c, pool, reason, ledger, fits, requester)
 
 
 def search(
-    c: Candidate, pool: list[Running], reason: str, ledger: Ledger, fits: Fits
+    c: Candidate,
+    pool: list[Running],
+    reason: str,
+    ledger: Ledger,
+    fits: Fits,
+    requester: str | None = None,
 ) -> PreemptPlan | None:
-    """Add victims from `pool` in order until the head fits, then try each back."""
+    """Add victims from `pool` in order until the head fits, then try each back
+    (`requester`: the head's queue, which decides who lends to it in a queue tree)."""
     k = c.group.name
     trial_ledger = ledger.copy()
     chosen: list[Running] = []
     found: tuple[Fit, int] | None = None
     for r in pool:
-        if reason == RECLAIM and trial_ledger.borrowed(r.queue, k) <= 0:
+        if reason == RECLAIM and not trial_ledger.lends(r.queue, k, requester):
             continue  # that member no longer borrows: its remaining jobs are its own quota
         chosen.append(r)
         trial_ledger.uncharge(r.queue, r.group, r.job.gpus)

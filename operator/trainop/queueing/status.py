@@ -7,7 +7,9 @@ the stored statuses (for lastTransitionTime) are arguments.
 
 Active=True (reason Valid) on a queue the operator uses; Active=False (reason InvalidSpec, the
 message naming the field and the fix) on a broken one, whose jobs wait with pendingReason
-QueueInvalid instead of falling through to another queue.
+QueueInvalid instead of falling through to another queue. Every status also carries the
+queue's place in its tree (path, level; queueing.hierarchy) and a one-line usage summary,
+which `kubectl get tq` prints.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from trainop.queueing.hierarchy import tree_fields, usage_summary
 from trainop.queueing.model import Decisions, QueueConfigError
 
 ACTIVE = "Active"
@@ -78,6 +81,8 @@ def queue_statuses(
         else:
             continue  # not seen by this pass (created since): the next pass covers it
         body["conditions"] = [active_condition(broken.get(name), old, now)]
+        body.update(tree_fields(name, stored))
+        body["summary"] = usage_summary(body["usage"])
         out[name] = body
     return out
 
