@@ -877,3 +877,133 @@ def busy(node_name: str, gpus: int, name: str | None = None) -> dict[str, Any]:
 
 def build_all(builders: Iterable[PodBuilder]) -> list[dict[str, Any]]:
     return [b.build() for b in builders]
+
+
+# --- Kueue (externalQueue: kueue; kueue.x-k8s.io/v1beta2) ---
+
+
+class KueueBuilder:
+    """One of Kueue's own objects, as the Kueue tests apply them:
+
+    kueue("ResourceFlavor", "h100").set(nodeLabels={GFD_PRODUCT: H100}).build()
+    kueue("ClusterQueue", "cq").gpu_quota("h100", 16).preempt_lower().build()
+    kueue("LocalQueue", "lq", namespace="team-a").set(clusterQueue="cq").build()
+    kueue("WorkloadPriorityClass", "high").value(1000).build()
+    """
+
+    def __init__(self, kind: str, name: str, namespace: str | None = None) -> None:
+        meta: dict[str, Any] = {"name": name}
+        if namespace:
+            meta["namespace"] = namespace
+        self._obj: dict[str, Any] = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": kind,
+            "metadata": meta,
+        }
+        if kind != "WorkloadPriorityClass":
+            self._obj["spec"] = {}
+
+    def set(self, **fields: Any) -> KueueBuilder:
+        self._obj["spec"].update(copy.deepcopy(fields))
+        return self
+
+    def value(self, value: int) -> KueueBuilder:
+        """A WorkloadPriorityClass's value."""
+        self._obj["value"] = value
+        return self
+
+    def gpu_quota(self, flavor: str, gpus: int, *, cpu: str = "1000") -> KueueBuilder:
+        """A ClusterQueue resource group covering cpu and nvidia.com/gpu with one flavor
+        (namespaces: all)."""
+        spec = self._obj["spec"]
+        spec.setdefault("namespaceSelector", {})
+        group = spec.setdefault(
+            "resourceGroups", [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": []}]
+        )[0]
+        group["flavors"].append(
+            {
+                "name": flavor,
+                "resources": [
+                    {"name": "cpu", "nominalQuota": cpu},
+                    {"name": "nvidia.com/gpu", "nominalQuota": gpus},
+                ],
+            }
+        )
+        return self
+
+    def preempt_lower(self) -> KueueBuilder:
+        """ClusterQueue preemption: lower-priority Workloads of the same queue may go."""
+        return self.set(preemption={"withinClusterQueue": "LowerPriority"})
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+
+def kueue(kind: str, name: str, namespace: str | None = None) -> KueueBuilder:
+    return KueueBuilder(kind, name, namespace)
+
+
+class KueueWorkloadBuilder:
+    """A Workload trainop created for a job, with the status Kueue would have written:
+
+    kueue_workload(wl).quota_reserved("cq", worker="h100").admitted().build()
+    kueue_workload(wl).pending("Pending", "insufficient quota").build()
+    kueue_workload(wl).evicted("Preempted", "Preempted to accommodate a workload").build()
+    """
+
+    def __init__(self, wl: Mapping[str, Any]) -> None:
+        self._obj: dict[str, Any] = copy.deepcopy(dict(wl))
+        self._obj["metadata"].setdefault("resourceVersion", "7")
+        self._obj["metadata"].setdefault("generation", 1)
+        self._obj.setdefault("status", {"conditions": []})
+
+    def _cond(self, ctype: str, status: bool, reason: str, message: str = "") -> None:
+        conds = self._obj["status"].setdefault("conditions", [])
+        conds[:] = [x for x in conds if x["type"] != ctype]
+        conds.append(
+            {
+                "type": ctype,
+                "status": "True" if status else "False",
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": ago(60),
+                "observedGeneration": 1,
+            }
+        )
+
+    def quota_reserved(self, cluster_queue: str, **flavor_of_podset: str) -> KueueWorkloadBuilder:
+        """status.admission: each named PodSet gets its flavor for nvidia.com/gpu."""
+        self._obj["status"]["admission"] = {
+            "clusterQueue": cluster_queue,
+            "podSetAssignments": [
+                {"name": ps, "flavors": {"nvidia.com/gpu": fl}}
+                for ps, fl in flavor_of_podset.items()
+            ],
+        }
+        self._cond("QuotaReserved", True, "QuotaReserved", f"Quota reserved in {cluster_queue}")
+        self._cond("Evicted", False, "QuotaReserved", "Previously: evicted")
+        return self
+
+    def admitted(self) -> KueueWorkloadBuilder:
+        self._cond("Admitted", True, "Admitted", "The workload is admitted")
+        return self
+
+    def pending(self, reason: str, message: str) -> KueueWorkloadBuilder:
+        self._obj["status"].pop("admission", None)
+        self._cond("QuotaReserved", False, reason, message)
+        return self
+
+    def evicted(self, reason: str, message: str) -> KueueWorkloadBuilder:
+        self._cond("Evicted", True, reason, message)
+        return self
+
+    def finished(self) -> KueueWorkloadBuilder:
+        self._cond("Finished", True, "Succeeded", "done")
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+
+def kueue_workload(wl: Mapping[str, Any]) -> KueueWorkloadBuilder:
+    return KueueWorkloadBuilder(wl)

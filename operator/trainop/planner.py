@@ -71,8 +71,9 @@ class OperatorConfig:
     # A gang whose image cannot be pulled (ErrImagePull / ImagePullBackOff) this long after
     # it was created fails (reason ImagePullFailed) instead of waiting for ever.
     image_pull_grace_seconds: float = 120.0
-    # "kueue": Kueue admits the gang (plain pod group labels), trainop's own queues stand
-    # aside; trainop still places, wires and releases the pods. See docs/queues.md.
+    # "kueue": Kueue admits the gang through a Workload trainop owns per job (the shell's
+    # handlers.kueue), trainop's own queues stand aside; trainop still places the gang on
+    # the admitted flavor's nodes, wires and releases it. See docs/kueue.md.
     external_queue: str = "none"
     dra: DraConfig = field(default_factory=DraConfig)
     # Node verdicts per (node class, image, request): see `_node_verdict`. Owned by this
@@ -104,10 +105,8 @@ def config_for_queue(config: OperatorConfig, queue_modes: Collection[str]) -> Op
     return replace(config, compatibility_modes=config.compatibility_modes & frozenset(queue_modes))
 
 
-# Kueue plain-pod groups (kueue.sigs.k8s.io, "Run plain Pods as a group").
+# The label by which Kueue's jobs name their LocalQueue (spec.queue under Kueue).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 
 
 class InvalidJob(Exception):
@@ -723,7 +722,7 @@ def build_plan(
             )
             for plan in pod_plans
         ]
-        return _for_dra_and_kueue(pods, ref, spec, config, gpu_roles)
+        return _for_dra(pods, ref, config, gpu_roles)
 
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
@@ -860,25 +859,19 @@ def _tuned_for_node(
     return node_name, tuned
 
 
-def _for_dra_and_kueue(
+def _for_dra(
     pods: list[dict[str, Any]],
     ref: JobRef,
-    spec: TrainingJobSpec,
     config: OperatorConfig,
     gpu_roles: list[tuple[str, int]],
 ) -> tuple[dict[str, Any], ...]:
-    """DRA: GPU pods hold their GPUs and NICs by claim. Kueue: one workload for the gang."""
+    """DRA: GPU pods hold their GPUs and NICs by claim. (Under Kueue the pods carry no
+    Kueue label: the job's Workload stands for the gang, see docs/kueue.md.)"""
     for role, gpus in gpu_roles if config.dra.enabled else ():
         pods = [
             use_claim(p, ref.name, role, gpus) if _role_label(p) == role.lower() else p
             for p in pods
         ]
-    if config.external_queue == "kueue":
-        for pod in pods:
-            pod["metadata"]["labels"][KUEUE_GROUP_LABEL] = ref.name
-            pod["metadata"]["annotations"][KUEUE_GROUP_COUNT] = str(len(pods))
-            if spec.queue:
-                pod["metadata"]["labels"][KUEUE_QUEUE_LABEL] = spec.queue
     return tuple(pods)
 
 

@@ -180,13 +180,14 @@ def _check(body: Mapping[str, Any], config: OperatorConfig | None) -> TrainingJo
 
 
 def check_queue_label(spec: TrainingJobSpec, config: OperatorConfig) -> None:
-    """Under Kueue (`external_queue: kueue`) spec.queue becomes every pod's
-    kueue.x-k8s.io/queue-name label, a label value of at most 63 characters: a longer
-    TrainingQueue name (a DNS subdomain, up to 253) would have every pod refused (422)."""
+    """Under Kueue (`external_queue: kueue`) spec.queue names the job's LocalQueue, which
+    Kueue's own jobs carry as the kueue.x-k8s.io/queue-name label, a label value of at most
+    63 characters: a longer name could never be written that way (see docs/kueue.md)."""
     queue = spec.queue or ""
     if config.external_queue == "kueue" and len(queue) > LABEL_VALUE_MAX:
         raise InvalidJob(
             "spec.queue",
-            f"{len(queue)} characters: under Kueue it is the pods' {KUEUE_QUEUE_LABEL} "
-            f"label, at most {LABEL_VALUE_MAX} characters; name a LocalQueue that fits",
+            f"{len(queue)} characters: under Kueue it names a LocalQueue, whose name is a "
+            f"{KUEUE_QUEUE_LABEL} label value, at most {LABEL_VALUE_MAX} characters; name a "
+            "LocalQueue that fits",
         )

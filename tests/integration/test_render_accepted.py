@@ -129,7 +129,7 @@ FABRIC_PROFILES = (
 CONFIGS = {
     "default": OperatorConfig(),
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
-    "kueue": OperatorConfig(external_queue="kueue"),  # Kueue's pod-group labels
+    "kueue": OperatorConfig(external_queue="kueue"),  # pods as under Kueue (docs/kueue.md)
     "fabrics": OperatorConfig(fabric_profiles=FABRIC_PROFILES),
 }
 

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from trainop import metrics
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
-from trainop.handlers import heap
+from trainop.handlers import heap, kueue
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.inventory.pods import is_gated
@@ -408,12 +408,20 @@ async def reconcile_job(key: Key) -> None:
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))
             live = any(not p["metadata"].get("deletionTimestamp") for p in pods)
-            admission = _admission_for(key, body, live)
+            plan_body: Mapping[str, Any] = body
+            if Runtime.config.external_queue == "kueue":
+                assert Runtime.api is not None
+                gated = await kueue.gate(Runtime.api, key, body, pods, current_config(), state)
+                if gated is None:
+                    return  # Kueue's verdict carried out there (an evicted gang torn down)
+                admission, plan_body = gated  # roles narrowed to the admitted flavors' nodes
+            else:
+                admission = _admission_for(key, body, live)
             if admission is None:
                 return  # a new job: the admission loop reconciles it once it has decided
             now = datetime.now(UTC).replace(tzinfo=None)
             acts = reconcile(
-                body,
+                plan_body,
                 pods,
                 state.snapshot,
                 current_config(),

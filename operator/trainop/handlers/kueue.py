@@ -1,0 +1,203 @@
+"""The shell of `externalQueue: kueue`: Kueue's objects in, the job's Kueue verdict out.
+
+Neighbours: `handlers.operator.reconcile_job` asks `gate` for a job's verdict instead of
+trainop's admission loop (which stands aside in this mode); `queueing.kueue` holds the
+pure rules (the Workload, its states, the status patches); `kube.kueue` writes. The
+watches are registered by `register` (from `trainop run`, only in this mode: the Kueue
+CRDs need not exist otherwise). docs/kueue.md describes the whole route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from trainop.api.trainingjob import TERMINAL_PHASES
+from trainop.handlers.state import Key, ShellState
+from trainop.kube import kueue as writes
+from trainop.kube.client import KubeApi
+from trainop.planner import InvalidJob, OperatorConfig
+from trainop.queueing import kueue as rules
+from trainop.reconcile import ADMIT_ALL, INADMISSIBLE, Admission, preempted_status
+from trainop.validation import checked_spec
+
+log = logging.getLogger("trainop.kueue")
+
+
+class Cache:
+    """What the watches hold: Workloads by their job, flavors' nodeLabels, priorities."""
+
+    workloads: dict[Key, dict[str, Any]] = {}
+    node_labels: dict[str, dict[str, str]] = {}
+    priorities: dict[str, int] = {}
+
+
+def _job_key(body: Mapping[str, Any]) -> Key | None:
+    meta = body.get("metadata") or {}
+    job = (meta.get("labels") or {}).get("trainop.dev/job-name")
+    return (str(meta.get("namespace")), str(job)) if job else None
+
+
+def register(reconcile: Callable[[Key], Awaitable[None]], known: Callable[[Key], bool]) -> None:
+    """Watch Workloads (a change reconciles its job), ResourceFlavors and
+    WorkloadPriorityClasses with kopf's default registry, before the operator starts."""
+
+    @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads")
+    async def on_workload(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        key = _job_key(body)
+        if key is None:
+            return
+        if event.get("type") == "DELETED":
+            old = Cache.workloads.get(key)
+            if old is not None and old["metadata"]["name"] == body["metadata"]["name"]:
+                del Cache.workloads[key]
+        else:
+            Cache.workloads[key] = dict(body)
+        if known(key):
+            await reconcile(key)
+
+    @kopf.on.event(f"resourceflavors.{rules.GROUP}", id="kueue_flavors")
+    async def on_flavor(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            Cache.node_labels.pop(name, None)
+        else:
+            Cache.node_labels[name] = dict((body.get("spec") or {}).get("nodeLabels") or {})
+
+    @kopf.on.event(f"workloadpriorityclasses.{rules.GROUP}", id="kueue_priorities")
+    async def on_priority(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            Cache.priorities.pop(name, None)
+        else:
+            Cache.priorities[name] = int(body.get("value") or 0)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _priority(body: Mapping[str, Any], pod_priorities: Mapping[str, int]) -> int | None:
+    """The Workload's spec.priority: its WorkloadPriorityClass's value (Kueue's scheduler
+    reads spec.priority; for its own jobs Kueue's reconciler resolves it the same way)."""
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    wpc = labels.get(rules.PRIORITY_LABEL)
+    if wpc:
+        return Cache.priorities.get(wpc)
+    pc = (body.get("spec") or {}).get("priorityClassName")
+    return pod_priorities.get(pc) if pc else None
+
+
+async def gate(
+    api: KubeApi,
+    key: Key,
+    body: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    config: OperatorConfig,
+    state: ShellState,
+) -> tuple[Admission, Mapping[str, Any]] | None:
+    """The job's verdict from its Workload, and the body to plan with (each role narrowed to
+    its admitted flavors' nodes). None: handled here (an evicted gang torn down, a finished
+    job's Workload released), nothing for the reconcile to do now."""
+    meta = body.get("metadata") or {}
+    uid = meta.get("uid")
+    wl = Cache.workloads.get(key)
+    if wl is not None and not rules.owned_by(wl, uid):
+        wl = None  # a predecessor's, garbage collected with it
+    found = rules.verdict(wl)
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    status = body.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES:
+        if wl is not None and found.state != "finished":
+            phase = str(status["phase"])
+            message = next(
+                (
+                    str(cd.get("message") or "")
+                    for cd in status.get("conditions") or []
+                    if cd.get("type") == phase
+                ),
+                "",
+            )
+            patch = rules.finished_status(wl, phase, message, _now())
+            await asyncio.to_thread(
+                writes.patch_workload_status, api, key[0], wl["metadata"]["name"], patch
+            )
+        return ADMIT_ALL, body
+    if live and found.state in ("evicted", "pending"):
+        await _tear_down(api, state, key, body, live, found)
+        return None
+    if found.state == "evicted" and wl is not None:
+        if pods or found.reserved:  # Kueue's order: the gang gone, then the reservation
+            if not pods:
+                patch = rules.requeued_status(wl, _now())
+                await asyncio.to_thread(
+                    writes.patch_workload_status, api, key[0], wl["metadata"]["name"], patch
+                )
+            return None
+        found = rules.waiting(wl)  # requeued: waits like any pending Workload
+    if found.state == "absent":
+        return await _create(api, body, config, state.priorities, live)
+    if found.state == "admitted":
+        flavors = found.flavors or {}
+        missing = sorted({f for names in flavors.values() for f in names} - set(Cache.node_labels))
+        if missing:
+            message = f"admitted by Kueue; ResourceFlavor(s) {', '.join(missing)} not seen yet"
+        return Admission(False, rules.WAITING, message), body
+        return ADMIT_ALL, rules.flavored(body, flavors, Cache.node_labels)
+    if live:  # finished Workload under a live gang (never expected): leave the gang be
+        return ADMIT_ALL, body
+    reason = INADMISSIBLE if found.reason == "Inadmissible" else rules.WAITING
+    return Admission(False, reason, f"Kueue: {found.message}"), body
+
+
+async def _create(
+    api: KubeApi,
+    body: Mapping[str, Any],
+    config: OperatorConfig,
+    pod_priorities: Mapping[str, int],
+    live: Sequence[Mapping[str, Any]],
+) -> tuple[Admission, Mapping[str, Any]]:
+    """No Workload yet: create it (a gang already running stays; Kueue then counts it
+    once it admits the Workload)."""
+    try:
+        spec = checked_spec(body, config)
+    except InvalidJob:
+        return ADMIT_ALL, body  # the reconcile says what is wrong with it
+    wl = rules.build_workload(body, spec, _priority(body, pod_priorities))
+    await asyncio.to_thread(writes.create_workload, api, wl)
+    if live:
+        return ADMIT_ALL, body
+    where = f"LocalQueue {spec.queue}" if spec.queue else "no LocalQueue (spec.queue is empty)"
+    message = f"Workload {wl['metadata']['name']} created in {where}; waiting for Kueue"
+    return Admission(False, rules.WAITING, message), body
+
+
+async def _tear_down(
+    api: KubeApi,
+    state: ShellState,
+    key: Key,
+    body: Mapping[str, Any],
+    live: Sequence[Mapping[str, Any]],
+    found: rules.KueueVerdict,
+) -> None:
+    """Kueue took the quota back: the whole gang goes (a collective cannot run short of a
+    peer), the job is Queued with Kueue's reason until the Workload is admitted again."""
+    already = any(
+        cd.get("type") == "Preempted" and cd.get("status") == "True"
+        for cd in (body.get("status") or {}).get("conditions") or []
+    )
+    if live and not already:
+        message = f"Kueue evicted the Workload ({found.reason}): {found.message}"
+        status = preempted_status(body, rules.EVICTED, message, _now())
+        written = await asyncio.to_thread(
+            api.patch_job_status, key[0], key[1], status, body.get("status") or {}
+        )
+        if written is not None:
+            state.record_written(key, written)
+        await asyncio.to_thread(api.post_event, body, "Warning", rules.EVICTED, message)
+        log.info("%s/%s: %s; deleting its %d pods", *key, message, len(live))
+    for pod in live:
+        await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])

@@ -1,0 +1,59 @@
+"""Writes to Kueue's Workloads (kueue.x-k8s.io/v1beta2) for `externalQueue: kueue`.
+
+Neighbours: `queueing.kueue` builds the objects and patches (pure); `handlers.kueue`
+decides when to write; `kube.client.KubeApi` owns the API client used here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from kubernetes.client.rest import ApiException
+
+from trainop import metrics
+from trainop.kube.client import KubeApi
+
+GROUP, VERSION, PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
+
+
+def create_workload(api: KubeApi, obj: Mapping[str, Any]) -> bool:
+    """Create; False when it exists already (409)."""
+    metrics.API_WRITES.labels("create", "Workload").inc()
+    try:
+        api.custom.create_namespaced_custom_object(
+            GROUP, VERSION, obj["metadata"]["namespace"], PLURAL, dict(obj)
+        )
+        return True
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+
+
+def patch_workload_status(
+    api: KubeApi, namespace: str, name: str, patch: Mapping[str, Any]
+) -> bool:
+    """Merge-patch the status subresource; False on a conflict (Kueue wrote first: the
+    next reconcile looks again) or when the Workload is gone."""
+    metrics.API_WRITES.labels("patch", "Workload").inc()
+    try:
+        api.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, dict(patch)
+        )
+        return True
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+
+
+def get_cluster_object(api: KubeApi, plural: str, name: str) -> dict[str, Any] | None:
+    """A cluster-scoped Kueue object (ResourceFlavor, WorkloadPriorityClass); None if absent."""
+    try:
+        out = api.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
+        return cast(dict[str, Any], out)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
