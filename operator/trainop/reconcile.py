@@ -45,6 +45,7 @@ from trainop.planner import (
     Wait,
     plan_job,
     success_roles,
+    with_workers,
 )
 from trainop.validation import check_priority_class, checked_spec
 
@@ -182,6 +183,7 @@ class Admission:
     position: int | None = None
     plan: Plan | None = None  # the plan admission checked quota against; used as is
     queue: str | None = None  # the queue that decided (written to status.queue)
+    size: int | None = None  # elastic: the Worker count admitted (a growth's plan: new pods)
 
 
 ADMIT_ALL = Admission(admitted=True)
@@ -380,7 +382,36 @@ def _check_valid(ctx: _Ctx) -> Actions | None:
         return ctx.invalid(exc)
     ctx.st.new["gpus"] = ctx.spec.total_gpus
     ctx.st.new["replicaStatuses"] = replica_statuses(ctx.live, ctx.spec)
+    if ctx.spec.elastic is not None:
+        _size_elastic(ctx)
     return None
+
+
+def _size_elastic(ctx: _Ctx) -> None:
+    """An elastic job's gang is its admitted size (queueing.elastic): Workers above it are
+    strays (a shrink deletes them), Workers below it missing (a growth creates them from
+    the verdict's plan). status.elastic shows current and target; a resize posts an Event."""
+    spec = ctx.job_spec
+    el = spec.elastic
+    assert el is not None
+    prefix = f"{ctx.name}-worker-"
+    live = sum(1 for p in ctx.live if str(p["metadata"]["name"]).startswith(prefix))
+    size = ctx.admission.size or live or el.max_replicas
+    size = max(el.min_replicas, min(el.max_replicas, size))
+    ctx.spec = with_workers(spec, size)
+    old = ctx.st.old.get("elastic") or {}
+    ctx.st.new["elastic"] = {
+        **old,
+        "currentReplicas": live,
+        "targetReplicas": size,
+        "minReplicas": el.min_replicas,
+        "maxReplicas": el.max_replicas,
+    }
+    before = old.get("targetReplicas")
+    if before and before != size and live:
+        verb = "Grown" if size > before else "Shrunk"
+        why = f": {ctx.admission.message}" if ctx.admission.message else ""
+        ctx.st.events.append(("Normal", verb, f"target {before} -> {size} workers{why}"))
 
 
 def _check_suspended(ctx: _Ctx) -> Actions | None:
@@ -507,6 +538,8 @@ def _on_running(ctx: _Ctx) -> Actions:
         done = step(ctx)
         if done is not None:
             return done
+    if missing and _growing(ctx, missing):
+        return ctx.finish(requeue=1.0)
     if missing:
         ctx.delete_all()
         ctx.st.enter(
@@ -555,6 +588,19 @@ def _stray_and_missing(ctx: _Ctx) -> set[str]:
     have = {p["metadata"]["name"] for p in ctx.live}
     ctx.acts.delete_pods.extend(sorted(have - expected))
     return expected - have
+
+
+def _growing(ctx: _Ctx, missing: set[str]) -> bool:
+    """An elastic job admitted to a larger size: create the missing Workers from the
+    growth's plan (they join the running rendezvous); the others keep running."""
+    plan = ctx.admission.plan
+    if ctx.job_spec.elastic is None or plan is None:
+        return False
+    grown = [p for p in plan.pods if p["metadata"]["name"] in missing]
+    if len(grown) != len(missing):
+        return False
+    ctx.acts.create.extend(grown)
+    return True
 
 
 def _succeeded(ctx: _Ctx) -> Actions | None:

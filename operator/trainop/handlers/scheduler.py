@@ -71,7 +71,7 @@ def _worth_telling(old: Verdict | None, new: Verdict, now: float) -> bool:
     if old is None or old.uid != new.uid or old.generation != new.generation:
         return True
     a, b = old.admission, new.admission
-    if (a.admitted, a.reason, a.plan) != (b.admitted, b.reason, b.plan):
+    if (a.admitted, a.reason, a.plan, a.size) != (b.admitted, b.reason, b.plan, b.size):
         return True
     if (a.message, a.position) == (b.message, b.position):
         return False
@@ -81,6 +81,10 @@ def _worth_telling(old: Verdict | None, new: Verdict, now: float) -> bool:
     if min(a.position or 0, b.position or 0) > POSITIONS_TRACKED:
         return False
     return a.position != b.position or now - old.told >= MESSAGE_REFRESH_SECONDS
+
+
+# Decisions that reach the job: a verdict to carry out (elastic resizes included).
+_TOLD = (Action.ADMIT, Action.WAIT, Action.GROW, Action.SHRINK)
 
 
 def key_of(job_key: str) -> Key:
@@ -266,7 +270,7 @@ class AdmissionLoop:
         for job_key, decision in result.decisions.jobs.items():
             key = keys.get(job_key)
             body = state.job(key) if key else None
-            if key is None or body is None or decision.action not in (Action.ADMIT, Action.WAIT):
+            if key is None or body is None or decision.action not in _TOLD:
                 continue
             meta = body["metadata"]
             old = state.decisions.get(key)
@@ -280,17 +284,18 @@ class AdmissionLoop:
                 continue  # the same wait for the same job version: the verdict stands
             plan = decision.placement.placement if decision.placement is not None else None
             admitted = decision.action == Action.ADMIT and isinstance(plan, Plan)
+            resize = decision.action in (Action.GROW, Action.SHRINK)
             admission = Admission(
-                admitted=admitted,
+                admitted=admitted or resize,
                 reason=decision.reason,
                 message=decision.message,
                 position=decision.position,
-                plan=plan if admitted else None,
+                plan=plan if isinstance(plan, Plan) and (admitted or resize) else None,
                 queue=decision.queue,
+                size=decision.size,
             )
             verdict = Verdict(admission, meta.get("uid"), meta.get("generation"), now, decision)
-            if admitted:
-                assert isinstance(plan, Plan)
+            if (admitted or resize) and isinstance(plan, Plan):
                 state.assume(key, plan_pods(plan), now)
             if _worth_telling(old, verdict, now):
                 changed.append(key)
