@@ -425,7 +425,7 @@ class _Pass:
         self.ledger.charge(q.name, k, job.gpus)
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
         self.running[job.key] = Running(job, k, fresh=True)
-        lend = f", {borrow} of them borrowed from cohort {q.cohort}" if borrow else ""
+        lend = f", {borrow} of them borrowed from {self.ledger.lender(q)}" if borrow else ""
         where = f" on {', '.join(fit.nodes)}" if fit.nodes else ""
         gpus = f"{job.gpus} GPUs" if q.unlimited else f"{job.gpus} {k} GPUs"
         self.decisions[job.key] = JobDecision(
@@ -454,8 +454,8 @@ class _Pass:
                 vq = self.queues[r.queue]
                 msg = (
                     f"preempted by {job.key} of queue {q.name}, which reclaims {k} GPUs its "
-                    f"cohort {q.cohort} lent to queue {r.queue} beyond that queue's quota of "
-                    f"{vq.nominal(r.group)}"
+                    f"{self.ledger.lender(q)} lent to queue {r.queue} beyond that queue's quota "
+                    f"of {vq.nominal(r.group)}"
                 )
             else:
                 msg = (

@@ -105,6 +105,12 @@ class Ledger:
             return self._cohorts.get(queue.cohort, (queue.name,))
         return (queue.name,)
 
+    def lender(self, queue: QueueState) -> str:
+        """Who lends to `queue`, for messages: "cohort c" or "queue tree org"."""
+        if self.in_tree(queue):
+            return f"queue tree {self.path(queue.name)[-1]}"
+        return f"cohort {queue.cohort}"
+
     def lends(self, victim: str, group: str, to: str | None = None) -> bool:
         """Whether reclaim for queue `to` may take a gang of `victim`'s: in a tree, every
         queue on the victim's path below the level it shares with `to` uses more than its
