@@ -110,6 +110,13 @@ class JobBuilder:
     ) -> JobBuilder:
         return self.role("Worker", replicas, gpus, template)
 
+    def elastic(self, lo: int, hi: int) -> JobBuilder:
+        """spec.elastic {minReplicas: lo, maxReplicas: hi}; Worker replicas set to hi."""
+        self.spec["elastic"] = {"minReplicas": lo, "maxReplicas": hi}
+        self.spec["replicaSpecs"].setdefault("Worker", {"replicas": hi, "gpus": 8})
+        self.spec["replicaSpecs"]["Worker"]["replicas"] = hi
+        return self
+
     def no_roles(self) -> JobBuilder:
         self.spec["replicaSpecs"] = {}
         return self
@@ -375,6 +382,26 @@ class WorkloadBuilder:
             admitted=True,
             product=product,
             nodes=tuple((n, per) for n in node_names),
+            started=started,
+        )
+
+    def elastic(self, lo: int, hi: int, per: int = 8) -> WorkloadBuilder:
+        """An elastic job of lo..hi Workers of `per` GPUs (pending: asks for hi)."""
+        return self.set(elastic=(lo, hi), replica_gpus=per, gpus=per * hi)
+
+    def running_workers(self, *node_names: str, started: float = 0.0) -> WorkloadBuilder:
+        """An elastic job admitted with one Worker per named node, in index order."""
+        per = self._job.replica_gpus
+        held: dict[str, int] = {}
+        for n in node_names:
+            held[n] = held.get(n, 0) + per
+        return self.set(
+            admitted=True,
+            product=H100,
+            size=len(node_names),
+            workers=tuple((n, per) for n in node_names),
+            nodes=tuple(sorted(held.items())),
+            gpus=per * len(node_names),
             started=started,
         )
 

@@ -671,16 +671,8 @@ def build_plan(
     """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
     members = _members(ref, placement)
-    el = spec.elastic
-    wiring = fw.wire(
-        frameworks.WiringInput(
-            ref.name,
-            ref.namespace,
-            members,
-            port=fw.default_port,
-            elastic=(el.min_replicas, el.max_replicas) if el is not None else None,
-        )
-    )
+    inp = frameworks.WiringInput(ref.name, ref.namespace, members, fw.default_port, _range(spec))
+    wiring = fw.wire(inp)
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
     ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
     pod_plans = _pod_plans(
@@ -739,6 +731,12 @@ def build_plan(
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _range(spec: TrainingJobSpec) -> tuple[int, int] | None:
+    """spec.elastic as (minReplicas, maxReplicas); None for a fixed-size job."""
+    el = spec.elastic
+    return (el.min_replicas, el.max_replicas) if el is not None else None
 
 
 def _members(ref: JobRef, placement: Placement) -> tuple[frameworks.Member, ...]:
