@@ -14,11 +14,18 @@ goes back to its queue (its place in line keeps its creation time), and when adm
 runs its full duration again. Jobs the planner refuses (InvalidJob) or the queue refuses
 (Policy) never run. Everything is deterministic: ties break on the job key.
 
+Elastic jobs (spec.elastic) do work, not time: the duration annotation is the run at
+maxReplicas, and a job at n Workers progresses n/max as fast. It is admitted at the size
+admission picks; a Grow adds Workers, a Shrink removes the highest ones (their GPUs free at
+once), and each resize costs `startup_seconds` again (torchrun restarts the workers, which
+resume from their checkpoint). JobResult.sizes is the (time, Workers) timeline.
+
 Running jobs tell admission their expected end (for topology-aware waiting, the bound being
 OperatorConfig.topology_wait_seconds unless the queue sets one). With `comm_share` c > 0 a
 job's duration is its duration at its ideal placement: a placement whose estimated allreduce
 is r times the ideal (Fit.allreduce / Fit.ideal) runs (1 - c + c * r) times as long. `placer`
-replaces the planner-backed placer (the benchmark's baselines plug in here).
+replaces the planner-backed placer (the benchmark's baselines plug in here). Queue trees
+(spec.parent) work as in the operator; the usage of a parent is its subtree's.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
 from trainop.queueing.admission import admit
 from trainop.queueing.cluster import Inputs, intake
+from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors
 from trainop.queueing.model import (
     POLICY,
     Action,
@@ -109,6 +117,7 @@ class JobResult:
     preemptions: int
     runs: tuple[Run, ...]
     waits: tuple[WaitNote, ...]
+    sizes: tuple[tuple[float, int], ...] = ()  # elastic: (time, Workers) at each change
 
     @property
     def first_admitted(self) -> float | None:
@@ -168,6 +177,16 @@ class _Job:
     runs: list[Run] = field(default_factory=list)
     waits: list[WaitNote] = field(default_factory=list)
     state_changed: bool = True  # a new wait episode starts: record even a repeated reason
+    # Elastic (spec.elastic): (min, max) Workers, GPUs per Worker, the current size, each
+    # Worker's (node, GPUs) by index, the work left (Worker-seconds), when the current rate
+    # began, and the size timeline.
+    elastic: tuple[int, int] | None = None
+    replica_gpus: int = 0
+    size: int = 0
+    workers: tuple[tuple[str, int], ...] = ()
+    work_left: float = 0.0
+    rate_since: float = 0.0
+    sizes: list[tuple[float, int]] = field(default_factory=list)
 
     def note(self, time: float, reason: str, message: str) -> None:
         # A new note when the reason or the kind of sentence changes (numbers aside), so a
@@ -187,10 +206,15 @@ class _Job:
 
     def queued(self) -> QueuedJob:
         running = self.state == "Running"
+        sized = running and self.elastic is not None
         return QueuedJob(
             key=self.key,
             queue=self.queue,
-            gpus=self.gpus,
+            gpus=sum(g for _, g in self.workers) if sized else self.gpus,
+            elastic=self.elastic,
+            replica_gpus=self.replica_gpus,
+            size=self.size if sized else None,
+            workers=self.workers if sized else (),
             created=self.submit,
             priority=self.priority,
             products=self.products,
@@ -244,6 +268,7 @@ class _Sim:
         comm_share: float = 0.0,
     ) -> None:
         self.queues = list(queues)
+        self.tree = build_tree(self.queues)  # queue trees: parents report their subtree
         self.config = config
         self.startup = startup_seconds
         self.comm_share = comm_share
@@ -288,6 +313,9 @@ class _Sim:
             return
         job.gpus = spec.total_gpus
         job.products = tuple(spec.placement.gpu_products)
+        if spec.elastic is not None:
+            job.elastic = (spec.elastic.min_replicas, spec.elastic.max_replicas)
+            job.replica_gpus = spec.replica_specs["Worker"].gpus
         pc = spec.priority_class_name
         if pc:
             if pc not in priority_classes:
@@ -334,8 +362,8 @@ class _Sim:
             last = self.admission_pass(now)
             if last is None:
                 return
-            if not any(d.action in (Action.ADMIT, Action.PREEMPT) or d.victims for d in last):
-                self.usage.append((now, last.usage))
+            if not any(d.action in _CHANGES or d.victims for d in last):
+                self.usage.append((now, roll_up(last.usage, self.tree)))
                 return
         raise RuntimeError(f"admission did not settle at t={now:g}s")
 
@@ -355,18 +383,22 @@ class _Sim:
         # Releases before reservations: the pass planned on a snapshot where both happened.
         for d in decisions.preempted:
             self.evict(self.jobs[d.key], now, d.preemptor, d.reason)
+        for d in decisions.by_action(Action.SHRINK):
+            self.resize(self.jobs[d.key], now, d.size or 0, None)
         for d in decisions:
             job = self.jobs[d.key]
             if d.action == Action.ADMIT and d.placement is not None:
-                self.start(job, now, d.placement)
+                self.start(job, now, d.placement, d.size)
+            elif d.action == Action.GROW and d.placement is not None:
+                self.resize(job, now, d.size or 0, d.placement)
             elif d.action == Action.WAIT and d.victims and d.placement is not None:
                 job.note(now, d.reason, d.message)
-                self.start(job, now, d.placement)
+                self.start(job, now, d.placement, d.size)
             elif d.action == Action.WAIT and job.state == "Pending":
                 job.note(now, d.reason, d.message)
         return decisions
 
-    def start(self, job: _Job, now: float, fit: Fit) -> None:
+    def start(self, job: _Job, now: float, fit: Fit, size: int | None = None) -> None:
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
         job.state = "Running"
         job.holding = fit.gpus_by_node
@@ -374,6 +406,12 @@ class _Sim:
         job.nodes = fit.nodes
         job.start_at = now + self.startup
         job.end_at = job.start_at + job.duration * self.stretch(fit)
+        if job.elastic is not None and size:
+            job.size, job.workers = size, _workers_of(fit, job.replica_gpus)
+            job.work_left = job.duration * self.stretch(fit) * job.elastic[1]
+            job.rate_since = job.start_at
+            job.end_at = job.start_at + job.work_left / size
+            job.sizes.append((now, size))
         job.state_changed = True
         real = fit.allreduce.seconds if fit.allreduce else None
         ideal = fit.ideal.seconds if fit.ideal else None
@@ -381,6 +419,31 @@ class _Sim:
             Run(now, job.start_at, None, fit.nodes, None, None, fit.gpus_by_node, real, ideal)
         )
         self.events.append(SimEvent(now, "admit", job.key, ",".join(fit.nodes)))
+
+    def resize(self, job: _Job, now: float, size: int, fit: Fit | None) -> None:
+        """An elastic job grows (fit: the new Workers) or shrinks (to `size`): the work done
+        at the old size is counted, the Workers restart (startup_seconds) at the new one."""
+        if fit is not None:
+            self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
+            job.workers = job.workers + _workers_of(fit, job.replica_gpus)
+        else:
+            freed: dict[str, int] = {}
+            for node, gpus in job.workers[size:]:
+                freed[node] = freed.get(node, 0) + gpus
+            self.snapshot = self.snapshot.with_released(freed)
+            job.workers = job.workers[:size]
+        held: dict[str, int] = {}
+        for node, gpus in job.workers:
+            held[node] = held.get(node, 0) + gpus
+        job.holding = tuple(sorted(held.items()))
+        job.nodes = tuple(held)
+        job.work_left -= max(0.0, now - job.rate_since) * job.size
+        job.rate_since = max(now, job.rate_since) + self.startup
+        job.size = size
+        job.end_at = job.rate_since + max(0.0, job.work_left) / size
+        job.sizes.append((now, size))
+        kind = "grow" if fit is not None else "shrink"
+        self.events.append(SimEvent(now, kind, job.key, f"{size} workers"))
 
     def stretch(self, fit: Fit) -> float:
         """How much longer than its ideal duration the job runs on this placement."""
@@ -397,6 +460,7 @@ class _Sim:
 
     def evict(self, job: _Job, now: float, by: str | None, reason: str) -> None:
         self.release(job)
+        job.workers, job.size = (), 0
         job.state, job.queued_since = "Pending", now
         job.preemptions += 1
         job.state_changed = True
@@ -437,10 +501,29 @@ class _Sim:
                     preemptions=job.preemptions,
                     runs=tuple(job.runs),
                     waits=tuple(waits),
+                    sizes=tuple(job.sizes),
                 )
             )
         events = sorted(self.events, key=lambda e: e.time)  # stable: same-time order kept
         return SimResult(tuple(out), tuple(events), tuple(self.usage), now)
+
+
+# Decisions after which the pass runs again (the cluster changed).
+_CHANGES = (Action.ADMIT, Action.PREEMPT, Action.GROW, Action.SHRINK)
+
+
+def _workers_of(fit: Fit, per: int) -> tuple[tuple[str, int], ...]:
+    """(node, GPUs) of each Worker a Fit places, by index (the planner's assignments; a
+    placer without them: its GPUs per node cut into Workers of `per`)."""
+    plan = fit.placement
+    placement = getattr(plan, "placement", plan)
+    found = [a for a in getattr(placement, "assignments", ()) if a.role == "Worker" and a.node]
+    if found:
+        return tuple((a.node, a.gpus) for a in sorted(found, key=lambda a: a.index))
+    out: list[tuple[str, int]] = []
+    for node, gpus in fit.gpus_by_node:
+        out.extend((node, per) for _ in range(gpus // per if per else 0))
+    return tuple(out)
 
 
 def simulate(
@@ -476,6 +559,8 @@ def simulate(
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SimInputError(f"TrainingQueue {dupes[0]}: defined twice")
+    for err in tree_errors(states).values():  # a cycle, a missing parent, ...
+        raise SimInputError(str(err))
     try:
         sim = _Sim(
             nodes,
