@@ -10,6 +10,7 @@ Counters and histograms need no such care: only the acting replica reconciles an
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -244,3 +245,54 @@ REGISTRY.register(JOBS)
 # would otherwise stay, and a sum over replicas would count them twice.
 for _gauge in (QUEUE_GPUS, ASSUMED_GPUS, COUNTED_GPUS):
     REGISTRY.register(LeaderOnly(_gauge))
+
+
+# --- training progress (issue 24; trainop.handlers.progress) ------------------------------
+# Per-job series: labels namespace and job only, and a job's series are removed when it is
+# deleted or finishes (`forget_job`), so their number is bounded by the live jobs. Exported
+# by whichever replica received the report.
+JOB_STEP = Gauge("trainop_job_step", "Last step reported by rank 0.", ["namespace", "job"])
+JOB_STEP_SECONDS = Gauge(
+    "trainop_job_step_seconds", "Step time last reported by rank 0.", ["namespace", "job"]
+)
+JOB_THROUGHPUT = Gauge(
+    "trainop_job_throughput",
+    "Throughput last reported by rank 0; label unit (samples|tokens) per second.",
+    ["namespace", "job", "unit"],
+)
+JOB_DEGRADED = Gauge(
+    "trainop_job_degraded",
+    "1 while the job's Degraded condition is True (step time beyond the expected), else 0.",
+    ["namespace", "job"],
+)
+PROGRESS_REPORTS = Counter(
+    "trainop_progress_reports_total",
+    "Progress reports received; label outcome (accepted|throttled|refused).",
+    ["outcome"],
+)
+CHECKPOINT_WAITS = Histogram(
+    "trainop_checkpoint_wait_seconds",
+    "From a checkpoint request to the gang's eviction; label outcome (checkpointed|deadline).",
+    ["outcome"],
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+
+
+def observe_progress(namespace: str, job: str, progress: Mapping[str, Any]) -> None:
+    JOB_STEP.labels(namespace, job).set(float(progress.get("step") or 0))
+    if progress.get("stepSeconds") is not None:
+        JOB_STEP_SECONDS.labels(namespace, job).set(float(progress["stepSeconds"]))
+    for unit in ("samples", "tokens"):
+        value = progress.get(f"{unit}PerSecond")
+        if value is not None:
+            JOB_THROUGHPUT.labels(namespace, job, unit).set(float(value))
+
+
+def forget_job(namespace: str, job: str) -> None:
+    """Drop a job's per-job series (deleted or finished)."""
+    for gauge in (JOB_STEP, JOB_STEP_SECONDS, JOB_DEGRADED):
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, job)
+    for unit in ("samples", "tokens"):
+        with contextlib.suppress(KeyError):
+            JOB_THROUGHPUT.remove(namespace, job, unit)

@@ -87,6 +87,10 @@ class OperatorConfig:
     # Default bound of topology-aware waiting for queues that set no
     # spec.topologyWaitSeconds (see queueing.topowait).
     topology_wait_seconds: float = 1800.0
+    # Where pods send progress reports (trainop.progress; `trainop run --progress-url`):
+    # "" wires no report channel. Reports go out at most every progress_interval seconds.
+    progress_url: str = ""
+    progress_interval: float = 10.0
     # The fabric cost model over fabric_profiles (placement.cost), built once per config.
     cost: FabricCost = field(init=False, repr=False, compare=False)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainop import progress
 from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
 from trainop.failures import (
@@ -558,6 +559,8 @@ def _on_running(ctx: _Ctx) -> Actions:
         # No Event: a gang reaching Running is the expected outcome of its GangPlaced Event
         # (one Event per admission, as Kueue posts), and the condition and phase say it.
         ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running", event=False)
+        if _degraded(ctx):
+            return ctx.finish(requeue=1.0)
         # Nothing to poll: pod and node events bring the job back; only a node that is
         # NotReady but still within its grace needs a look when the grace ends.
         return ctx.finish(requeue=_grace_left(ctx))
@@ -667,6 +670,46 @@ def _nodes_broken(ctx: _Ctx) -> Actions | None:
         warning=True,
     )
     return ctx.finish(requeue=1.0)
+
+
+REPLACE_DEGRADED_EVERY = timedelta(hours=1)
+
+
+def _degraded(ctx: _Ctx) -> bool:
+    """Condition Degraded from the reported step times (trainop.progress.judge_degraded);
+    with spec.placement.replaceDegraded, restart the gang (at most once an hour): True."""
+    st, spec = ctx.st, ctx.job_spec
+    reported = st.new.get("progress")
+    if not reported:
+        return False
+    verdict = progress.judge_degraded(
+        reported, st.new.get("placement"), spec.progress.degraded_factor, spec.progress.warmup_steps
+    )
+    was = any(
+        cd.get("type") == progress.DEGRADED and cd.get("status") == "True"
+        for cd in st.new["conditions"]
+    )
+    if verdict.degraded:
+        st.cond(progress.DEGRADED, True, verdict.reason, verdict.message)
+        if not was:
+            st.events.append(("Warning", progress.DEGRADED, verdict.message))
+    elif was and verdict.reason == "AsExpected":
+        st.cond(progress.DEGRADED, False, "AsExpected", "step time back within the expected")
+    replaced = parse_time(reported.get("replacedAt"))
+    if not (verdict.degraded and spec.placement.replace_degraded):
+        return False
+    if replaced is not None and ctx.now - replaced < REPLACE_DEGRADED_EVERY:
+        return False
+    ctx.delete_all()
+    st.new["progress"] = {**reported, "replacedAt": iso(ctx.now)}
+    st.enter(
+        "Restarting",
+        "Degraded",
+        f"{verdict.message}; restarting the gang on a new placement (spec.placement."
+        "replaceDegraded, at most once an hour; not counted against backoffLimit)",
+        warning=True,
+    )
+    return True
 
 
 def _grace_left(ctx: _Ctx) -> float | None:
@@ -859,7 +902,7 @@ def _inadmissible_condition(st: _Status, admission: Admission) -> None:
 
 def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
     st = ctx.st
-    ctx.acts.create.extend(result.objects)
+    ctx.acts.create.extend(_wired(ctx, o) for o in result.objects)
     ctx.acts.needs_ssh_secret = result.secret_name
     ctx.acts.release_created = True
     for pod in result.pods:
@@ -868,6 +911,7 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
         cd.get("type") == "Preempted" and cd.get("status") == "True" for cd in st.new["conditions"]
     ):
         st.cond("Preempted", False, "Readmitted", "admitted again after a preemption")
+    st.new.pop("checkpointRequest", None)  # answered or expired with the gang it was for
     st.new["image"] = result.image.image
     if result.compatibility:
         st.new["compatibility"] = result.compatibility
@@ -882,6 +926,22 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
         f"{', '.join(placement['nodes'])}; image {result.image.image}",
     )
     return ctx.finish(requeue=1.0)
+
+
+def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
+    """A gang pod with the progress channel and TRAINOP_RESUME_FROM (trainop.progress)."""
+    resume = progress.resume_env(ctx.st.new)
+    url = ctx.config.progress_url
+    if obj.get("kind") != "Pod" or not (url or resume):
+        return obj
+    ckpt = ctx.job_spec.checkpoint
+    return progress.wire_pod(
+        obj,
+        url,
+        ckpt.to_api() if ckpt is not None else None,
+        resume,
+        ctx.config.progress_interval,
+    )
 
 
 def rejected_status(

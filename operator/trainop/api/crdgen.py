@@ -268,6 +268,7 @@ def all_crd_specs() -> list[CrdSpec]:
                 {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
                 {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
                 age,
             ),
         ),

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from trainop.api.base import ApiModel
+from trainop.api.progress import CheckpointRequest, CheckpointSpec, ProgressSpec, ProgressStatus
 
 FrameworkName = Literal["pytorch", "tensorflow", "jax", "mpi", "paddle", "mxnet"]
 Role = Literal["Worker", "Chief", "PS", "Evaluator", "Launcher", "Server", "Scheduler"]
@@ -86,6 +87,11 @@ class Placement(ApiModel):
         default_factory=list,
         description="Allowed nvidia.com/gpu.product label values (e.g. NVIDIA-H100-80GB-HBM3); "
         "empty allows any product that can run the image.",
+    )
+    replace_degraded: bool = Field(
+        default=False,
+        description="true: a gang that turns Degraded (see spec.progress.degradedFactor) is "
+        "restarted on other nodes, at most once per job per hour.",
     )
 
 
@@ -248,7 +254,16 @@ class TrainingJobSpec(ApiModel):
         description="Restarts, deadlines, clean-up and suspension.",
         json_schema_extra={"default": {}},
     )
-
+    progress: ProgressSpec = Field(
+        default_factory=ProgressSpec,
+        description="What trainop knows of the training's length and speed (progress reports).",
+        json_schema_extra={"default": {}},
+    )
+    checkpoint: CheckpointSpec | None = Field(
+        default=None,
+        description="Ask the trainer for a checkpoint before trainop preempts or drains the "
+        "gang, and wait for it up to gracePeriodSeconds. Empty: the gang is deleted at once.",
+    )
     elastic: Elastic | None = Field(
         default=None,
         description="Run the Worker role elastically (pytorch only): torchrun's c10d "
@@ -497,6 +512,13 @@ class TrainingJobStatus(ApiModel):
     image_tried: list[str] = Field(
         default_factory=list,
         description="The releases image choice tried, in order, and why each was refused.",
+    )
+    progress: ProgressStatus | None = Field(
+        default=None, description="What the trainer reported (step, rate, checkpoint)."
+    )
+    checkpoint_request: CheckpointRequest | None = Field(
+        default=None,
+        description="An outstanding request for a checkpoint before the gang is evicted.",
     )
     elastic: ElasticStatus | None = Field(
         default=None, description="An elastic job's current and target size (spec.elastic)."

@@ -8,6 +8,7 @@ Wires the process together before kopf starts: the kube client's rate limit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -104,6 +105,26 @@ if TYPE_CHECKING:
     show_default=True,
     help="Requests that may go at once before --kube-api-qps applies.",
 )
+@click.option(
+    "--progress-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="Port of the progress report endpoint POST/GET /v1/progress (0: off; docs/progress.md).",
+)
+@click.option(
+    "--progress-url",
+    default="",
+    help="The URL pods send progress reports to (e.g. the chart's headless Service, "
+    "http://trainop-progress.trainop-system.svc:8082/v1/progress); empty: pods are not wired.",
+)
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="Seconds between a pod's reports, and between two status.progress writes of a job.",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def run(
     kubeconfig: str | None,
@@ -121,6 +142,9 @@ def run(
     retry_period_seconds: float,
     kube_api_qps: float,
     kube_api_burst: int,
+    progress_port: int,
+    progress_url: str,
+    progress_interval: float,
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
@@ -144,9 +168,12 @@ def run(
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     set_rate_limit(kube_api_qps, kube_api_burst)
-    handlers.Runtime.config = _operator_config(
-        config_path, restart_backoff_seconds, restart_backoff_max_seconds
+    handlers.Runtime.config = dataclasses.replace(
+        _operator_config(config_path, restart_backoff_seconds, restart_backoff_max_seconds),
+        progress_url=progress_url,
+        progress_interval=progress_interval,
     )
+    handlers.Runtime.progress_port = progress_port
     if leader_elect:
         handlers.Runtime.elector = _elector(
             lease_name,

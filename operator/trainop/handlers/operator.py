@@ -29,10 +29,11 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from trainop import metrics
+from trainop import metrics, progress
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue
+from trainop.handlers.progress import ProgressService, serve
 from trainop.handlers.scheduler import AdmissionLoop, key_of
 from trainop.handlers.state import Key, ShellState
 from trainop.inventory.pods import is_gated
@@ -80,6 +81,9 @@ class Runtime:
     queued: set[Key] = set()
     requeued: dict[Key, asyncio.TimerHandle] = {}
     tasks: set[asyncio.Task[Any]] = set()
+    progress: ProgressService | None = None  # the report endpoint (`--progress-port`)
+    progress_port: int = 0
+    checkpoint_waits: set[Key] = set()  # victims whose eviction waits for a checkpoint
 
 
 _derived: dict[str, Any] = {}
@@ -149,6 +153,12 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
     _spawn(Runtime.loop.run())
     _spawn(_resync_forever())
+    Runtime.checkpoint_waits = set()
+    if Runtime.progress_port:
+        Runtime.progress = ProgressService(
+            lambda: Runtime.api, lambda: Runtime.state, Runtime.config.progress_interval
+        )
+        _spawn(serve(Runtime.progress, Runtime.progress_port))
     await _list_everything(Runtime.namespaces)  # before kopf starts its watches
     if Runtime.elector is not None:
         _spawn(_lead(Runtime.elector))
@@ -308,6 +318,8 @@ async def on_job_event(
 ) -> None:
     if event.get("type") == "DELETED":
         Runtime.state.remove_job(namespace, name)
+        if Runtime.progress is not None:
+            Runtime.progress.forget((namespace, name))
         if Runtime.state.leader:
             _spawn(_delete_pods(namespace, name))
         return
@@ -631,7 +643,9 @@ async def evict(decision: JobDecision, now: datetime) -> None:
             await _evict(key, victim, decision, now)
 
 
-async def _evict(key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime) -> None:
+async def _evict(
+    key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime, note: str = ""
+) -> None:
     api = Runtime.api
     assert api is not None
     pods = Runtime.state.job_pods(key, victim["metadata"].get("uid"))
@@ -640,17 +654,90 @@ async def _evict(key: Key, victim: Mapping[str, Any], decision: JobDecision, now
         cd.get("type") == "Preempted" and cd.get("status") == "True"
         for cd in (victim.get("status") or {}).get("conditions") or []
     )
+    if not already and not note and live and await _checkpoint_first(key, victim, decision, now):
+        return  # a checkpoint is asked for: the waiter evicts when it is in, or at the deadline
     if not already:  # one status change, Event and count per eviction
-        status = preempted_status(victim, decision.reason, decision.message, now)
+        message = f"{decision.message}; {note}" if note else decision.message
+        status = preempted_status(victim, decision.reason, message, now)
         written = await asyncio.to_thread(
             api.patch_job_status, key[0], key[1], status, victim.get("status") or {}
         )
         if written is not None:
             Runtime.state.record_written(key, written)
         metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
-        await _event(victim, "Warning", "Preempted", decision.message)
+        await _event(victim, "Warning", "Preempted", message)
     for pod in live:
         await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
+
+
+# --- checkpoint before eviction (trainop.progress, docs/progress.md) ------------------------
+async def _checkpoint_first(
+    key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime
+) -> bool:
+    """Whether the eviction waits for a checkpoint: the job asks for one (spec.checkpoint),
+    its pods can be told (the report endpoint is on). Writes status.checkpointRequest once
+    and starts the waiter; the admission loop never waits (it may decide the same eviction
+    again meanwhile: nothing more happens)."""
+    spec = (victim.get("spec") or {}).get("checkpoint") or {}
+    service = Runtime.progress
+    grace = int(spec.get("gracePeriodSeconds", 120))
+    if not spec or grace <= 0 or service is None or not Runtime.config.progress_url:
+        return False
+    if key in Runtime.checkpoint_waits:
+        return True
+    request = (victim.get("status") or {}).get("checkpointRequest")
+    if not request:  # else: asked before a restart or failover of the operator; go on waiting
+        latest = service.latest.get(key) or (victim.get("status") or {}).get("progress")
+        request = progress.checkpoint_request(latest, grace, "Preempted", now)
+        api = Runtime.api
+        assert api is not None
+        written = await asyncio.to_thread(
+            api.patch_job_status, key[0], key[1], {"checkpointRequest": request}, {}
+        )
+        if written is None:
+            return False
+        Runtime.state.record_written(key, written)
+        await _event(
+            victim,
+            "Normal",
+            "CheckpointRequested",
+            f"checkpoint asked for before preemption ({decision.message}); evicted once it is "
+            f"reported, or in {grace} s",
+        )
+    Runtime.checkpoint_waits.add(key)
+    _spawn(_wait_then_evict(key, decision, request))
+    return True
+
+
+async def _wait_then_evict(key: Key, decision: JobDecision, request: Mapping[str, Any]) -> None:
+    """Wait for a checkpoint newer than `request` (or its deadline), then evict."""
+    service = Runtime.progress
+    assert service is not None
+    started = time.monotonic()
+    try:
+        while True:
+            now = datetime.now(UTC).replace(tzinfo=None)
+            job = Runtime.state.job(key)
+            if job is None or Runtime.stopping:
+                return
+            latest = service.latest.get(key) or (job.get("status") or {}).get("progress")
+            done, note = progress.eviction_note(latest, request, now)
+            if done:
+                break
+            deadline = progress.parse_time(request.get("deadline")) or now
+            event = service.checkpointed.setdefault(key, asyncio.Event())
+            event.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), max(0.1, (deadline - now).total_seconds()))
+        outcome = "checkpointed" if note.startswith("checkpointed") else "deadline"
+        metrics.CHECKPOINT_WAITS.labels(outcome).observe(time.monotonic() - started)
+        note = f"{note} (waited {time.monotonic() - started:.1f} s)"
+        async with Runtime.locks.setdefault(key, asyncio.Lock()):
+            victim = Runtime.state.job(key)
+            if victim is not None:
+                await _evict(key, victim, decision, now, note=note)
+    finally:
+        Runtime.checkpoint_waits.discard(key)
 
 
 async def publish(result: PassResult) -> None:

@@ -134,6 +134,7 @@ class KubeApi:
         api = _LimitedApiClient(cfg, self.limiter)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.authn = client.AuthenticationV1Api(api)
         self.faults = FaultInjector(os.environ.get("TRAINOP_FAULTS"))
 
     def create(self, obj: Mapping[str, Any]) -> bool | None:
@@ -216,6 +217,10 @@ class KubeApi:
         for key in old:
             if key not in body:
                 body[key] = None
+        # status.progress belongs to the report endpoint (trainop.handlers.progress): a copy
+        # passed on unchanged may be older than the stored one, so it is not sent at all.
+        if "progress" in old and body.get("progress") == old.get("progress"):
+            body.pop("progress")
         try:
             out = self.custom.patch_namespaced_custom_object_status(
                 c.GROUP, c.VERSION, namespace, PLURAL, name, {"status": body}
@@ -225,6 +230,16 @@ class KubeApi:
             if exc.status == 404:
                 return None
             raise
+
+    def review_token(self, token: str, audience: str) -> dict[str, Any]:
+        """A TokenReview of a pod's progress token for `audience`: its status (authenticated,
+        user with the bound pod's name and uid in extra, audiences)
+        (https://kubernetes.io/docs/reference/kubernetes-api/authentication-resources/token-review-v1/)."""
+        review = client.V1TokenReview(
+            spec=client.V1TokenReviewSpec(token=token, audiences=[audience])
+        )
+        out = self.authn.create_token_review(review)
+        return cast(dict[str, Any], self.authn.api_client.sanitize_for_serialization(out.status))
 
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         metrics.API_WRITES.labels("patch", "TrainingQueue").inc()

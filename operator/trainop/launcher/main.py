@@ -21,6 +21,10 @@ Also, for MPI jobs: when the job's SSH Secret is mounted at /etc/trainop-ssh, it
 are installed into ~/.ssh with the modes ssh and sshd insist on (Secret volumes are
 group-readable, which sshd refuses).
 
+With progress reports wired and spec.checkpoint.signal set, it stays as the trainer's
+parent and turns a checkpoint request into that signal (trainop.launcher.forward); the
+trainer's own reports go through trainop.launcher.progress.
+
 It prints one line on stderr saying what it found, chose and why. Standard library only.
 """
 
@@ -35,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from trainop.launcher import discover, topology
+from trainop.launcher import discover, forward, topology
 from trainop.launcher.topology import PciDevice
 
 SSH_SOURCE = "/etc/trainop-ssh"
@@ -223,6 +227,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{name}={plan.env[name]}")
         return
     os.environ.update(plan.env)
+    signame = forward.wants_forwarding(os.environ)
+    if signame:  # a checkpoint request becomes a signal to the trainer (launcher/forward.py)
+        try:
+            raise SystemExit(forward.run(command, os.environ, signame))
+        except FileNotFoundError as err:
+            raise SystemExit(f"trainop-launch: cannot run {command[0]}: {err.strerror}") from None
     try:
         os.execvp(command[0], command)
     except OSError as err:

@@ -1,0 +1,129 @@
+"""Models of a TrainingJob's training-aware lifecycle: spec.progress, spec.checkpoint and
+status.progress (issue 24). `trainop.api.trainingjob` embeds them; `trainop.progress` (the
+pure rules) and `trainop.handlers.progress` (the report endpoint) fill them in; the trainer
+side is `trainop.launcher.progress`. See docs/progress.md."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from trainop.api.base import ApiModel
+
+# The audience of the projected ServiceAccount token a pod sends with its reports: a token
+# for the apiserver (or any other audience) is refused by the report endpoint
+# (https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/#bound-service-account-token-volume).
+PROGRESS_AUDIENCE = "trainop.dev/progress"
+
+
+class ProgressSpec(ApiModel):
+    total_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Steps the training runs in all; with it status.progress shows the "
+        "fraction done and an ETA. Empty: step and rate only.",
+    )
+    warmup_steps: int = Field(
+        default=20,
+        ge=0,
+        description="Steps after a (re)start whose step time is not judged (compilation, "
+        "caches, NCCL set-up).",
+    )
+    degraded_factor: float = Field(
+        default=1.5,
+        ge=1.05,
+        le=100,
+        description="The job is Degraded when its step time after warm-up is this many times "
+        "the expected one (its earlier placements', scaled by the placements' allreduce "
+        "estimates).",
+    )
+
+
+class CheckpointSpec(ApiModel):
+    grace_period_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="How long trainop waits, before it preempts or drains the gang, for a "
+        "checkpoint newer than its request to be reported (0: no wait). A trainer that "
+        "reports none by then is evicted anyway, and the Preempted condition says so.",
+    )
+    signal: Literal["SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "None"] = Field(
+        default="SIGUSR1",
+        description="The signal trainop-launch sends the trainer it runs when a checkpoint "
+        "is asked for (it polls the report endpoint). None: no signal; the trainer reads "
+        "Reporter.checkpoint_requested() (e.g. under torchrun, which does not pass SIGUSR1 on).",
+    )
+    ranks: Literal["RankZero", "All"] = Field(
+        default="RankZero",
+        description="Who is signalled: rank 0's trainer only (it writes the checkpoint) or "
+        "every rank (each writes its own shard).",
+    )
+
+
+class CheckpointRef(ApiModel):
+    path: str = Field(description="Where the trainer wrote the checkpoint.")
+    step: int = Field(ge=0, description="The step it holds.")
+    time: str | None = Field(default=None, description="When it was reported (RFC 3339).")
+
+
+class RankReport(ApiModel):
+    rank: int = Field(ge=0, description="The reporting rank.")
+    node: str = Field(default="", description="The node its pod runs on.")
+    step_seconds: float = Field(ge=0, description="Its last reported step time.")
+
+
+class ProgressStatus(ApiModel):
+    step: int = Field(default=0, ge=0, description="Last step reported by rank 0.")
+    total_steps: int | None = Field(default=None, description="spec.progress.totalSteps.")
+    summary: str = Field(
+        default="", description='What `kubectl get tj` shows, e.g. "1200/5000 (24%)".'
+    )
+    step_seconds: float | None = Field(default=None, description="Seconds per step, last report.")
+    samples_per_second: float | None = Field(default=None, description="Throughput reported.")
+    tokens_per_second: float | None = Field(default=None, description="Throughput reported.")
+    steps_per_second: float | None = Field(
+        default=None, description="Rate from the last two reports (steps per second)."
+    )
+    eta: str | None = Field(default=None, description="Expected end (RFC 3339) at that rate.")
+    phase: str = Field(default="", description="Free-form phase the trainer reported.")
+    last_checkpoint: CheckpointRef | None = Field(
+        default=None,
+        description="The newest checkpoint reported; TRAINOP_RESUME_FROM on re-admission.",
+    )
+    last_report_time: str | None = Field(default=None, description="Time of the last report.")
+    ranks: list[RankReport] = Field(
+        default_factory=list, description="Slowest ranks' step times (straggler hunting)."
+    )
+    baseline_step_seconds: float | None = Field(
+        default=None,
+        description="Best step time after warm-up on the job's previous placement (the "
+        "Degraded rule's reference).",
+    )
+    baseline_allreduce_seconds: float | None = Field(
+        default=None, description="That placement's estimated allreduce time."
+    )
+    placement_key: str | None = Field(
+        default=None, description="The nodes (rank order) the step times below were taken on."
+    )
+    placement_start_step: int | None = Field(
+        default=None, description="The step at which the current placement began reporting."
+    )
+    placement_allreduce_seconds: float | None = Field(
+        default=None, description="The current placement's estimated allreduce time."
+    )
+    best_step_seconds: float | None = Field(
+        default=None, description="Best step time after warm-up on the current placement."
+    )
+    replaced_at: str | None = Field(
+        default=None,
+        description="When a Degraded gang was last restarted elsewhere (replaceDegraded).",
+    )
+
+
+class CheckpointRequest(ApiModel):
+    requested_at: str = Field(description="When trainop asked for a checkpoint (RFC 3339).")
+    deadline: str = Field(description="When it evicts the gang anyway (RFC 3339).")
+    step: int = Field(default=0, description="The step reported when it asked.")
+    reason: str = Field(default="", description="Preempted or NodeDrain.")

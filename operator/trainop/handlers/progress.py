@@ -1,0 +1,180 @@
+"""The progress report endpoint: pods POST reports, trainop folds them into status.progress.
+
+`trainop run --progress-port` serves `POST /v1/progress` (a report) and `GET /v1/progress`
+(is a checkpoint wanted?) on every replica, with aiohttp (kopf's own HTTP library). Each
+request carries the pod's projected ServiceAccount token (audience trainop.dev/progress) as
+a bearer token. A TokenReview says whether it is valid and which pod it was made for
+(trainop.progress.reporter_of); the pod's labels and owner reference name the job
+(trainop.progress.job_of_pod). The report body never names a job, so a pod can only report
+for its own. Reviews are cached per token for a minute, so a report costs the API server a
+TokenReview per pod per minute and a status write per job per interval at most.
+
+Neighbours: trainop.progress (the pure rules), trainop.launcher.progress (the sender),
+trainop.handlers.operator (wiring, the eviction that waits for a checkpoint), trainop.kube
+(TokenReview and status writes). docs/progress.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from trainop import metrics, progress
+from trainop.api import constants as c
+from trainop.api.progress import PROGRESS_AUDIENCE
+from trainop.handlers.state import Key, ShellState
+from trainop.kube.client import KubeApi
+
+log = logging.getLogger("trainop.progress")
+
+PATH = "/v1/progress"
+REVIEW_TTL = 60.0
+MAX_CACHED = 20_000
+MAX_BODY = 16_384
+
+
+class ProgressService:
+    """Per-replica memory of the channel: reviewed tokens, each job's newest progress (the
+    status may lag it by up to one write interval) and when it was last written."""
+
+    def __init__(
+        self,
+        api: Callable[[], KubeApi | None],
+        state: Callable[[], ShellState],
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api, self.state, self.interval, self.clock = api, state, interval, clock
+        self.reviews: dict[str, tuple[progress.ReportingPod, float]] = {}
+        self.latest: dict[Key, dict[str, Any]] = {}
+        self.written_at: dict[Key, float] = {}
+        self.checkpointed: dict[Key, asyncio.Event] = {}
+
+    async def identify(self, request: web.Request) -> progress.ReportingPod:
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Bearer ") or not header[7:].strip():
+            raise progress.ReportError("Authorization: send the pod's token as 'Bearer <token>'")
+        token = header[7:].strip()
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        cached = self.reviews.get(digest)
+        now = self.clock()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        api = self.api()
+        assert api is not None
+        review = await asyncio.to_thread(api.review_token, token, PROGRESS_AUDIENCE)
+        who = progress.reporter_of(review, PROGRESS_AUDIENCE)
+        if len(self.reviews) >= MAX_CACHED:
+            self.reviews = {k: v for k, v in self.reviews.items() if v[1] > now}
+        self.reviews[digest] = (who, now + REVIEW_TTL)
+        return who
+
+    def job_key(self, who: progress.ReportingPod) -> tuple[Key, dict[str, Any]]:
+        state = self.state()
+        pod = state.pods.get((who.namespace, who.pod))
+        name = (((pod or {}).get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_NAME, "")
+        key = (who.namespace, str(name))
+        job = state.job(key) if name else None
+        progress.job_of_pod(pod, who, job)
+        assert job is not None and pod is not None
+        return key, pod
+
+    def answer(self, key: Key) -> dict[str, Any]:
+        """What the pod learns: whether a checkpoint is wanted, since when."""
+        job = self.state().job(key) or {}
+        spec_ckpt = (job.get("spec") or {}).get("checkpoint") or {}
+        request = (job.get("status") or {}).get("checkpointRequest")
+        if not request:
+            return {"checkpointRequested": False}
+        return {
+            "checkpointRequested": True,
+            "requestedAt": request.get("requestedAt"),
+            "deadline": request.get("deadline"),
+            "signal": spec_ckpt.get("signal", "SIGUSR1"),
+        }
+
+    async def accept(self, key: Key, pod: Mapping[str, Any], report: progress.Report) -> str:
+        """Fold the report in; write status.progress when the throttle allows."""
+        job = self.state().job(key) or {}
+        stored = (job.get("status") or {}).get("progress")
+        old = self.latest.get(key, stored)
+        meta = pod.get("metadata") or {}
+        rank = int((meta.get("annotations") or {}).get(c.ANNOTATION_RANK) or 0)
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        wanted = (job.get("spec") or {}).get("progress") or {}
+        now = datetime.now(UTC).replace(tzinfo=None)
+        new = progress.fold(old, report, rank, node, now, wanted.get("totalSteps"))
+        placement = (job.get("status") or {}).get("placement")
+        new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
+        self.latest[key] = new
+        metrics.observe_progress(key[0], key[1], new)
+        clock = self.clock()
+        if not progress.should_write(stored, new, self.written_at.get(key), clock, self.interval):
+            return "throttled"
+        api = self.api()
+        assert api is not None
+        self.written_at[key] = clock
+        written = await asyncio.to_thread(
+            api.patch_job_status, key[0], key[1], {"progress": new}, {}
+        )
+        if written is not None:
+            self.state().record_written(key, written)
+        if (stored or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
+            self.checkpointed.setdefault(key, asyncio.Event()).set()
+        return "accepted"
+
+    def forget(self, key: Key) -> None:
+        self.latest.pop(key, None)
+        self.written_at.pop(key, None)
+        self.checkpointed.pop(key, None)
+        metrics.forget_job(*key)
+
+
+async def _handle(service: ProgressService, request: web.Request) -> web.Response:
+    try:
+        who = await service.identify(request)
+        key, pod = service.job_key(who)
+        if request.method == "POST":
+            raw = await request.content.read(MAX_BODY + 1)
+            if len(raw) > MAX_BODY:
+                raise progress.ReportError(f"the report is larger than {MAX_BODY} bytes")
+            try:
+                data = json.loads(raw or b"null")
+            except ValueError as err:
+                raise progress.ReportError(f"the report is not JSON: {err}") from None
+            outcome = await service.accept(key, pod, progress.parse_report(data))
+            metrics.PROGRESS_REPORTS.labels(outcome).inc()
+        return web.json_response(service.answer(key))
+    except progress.ReportError as err:
+        metrics.PROGRESS_REPORTS.labels("refused").inc()
+        status = 401 if str(err).startswith(("token", "Authorization")) else 400
+        if "not a pod" in str(err):
+            status = 403
+        return web.json_response({"error": str(err)}, status=status)
+    except Exception as err:  # the API server away: the trainer goes on, and retries
+        log.warning("progress report failed: %s", err)
+        return web.json_response({"error": "trainop could not take the report now"}, status=503)
+
+
+async def serve(service: ProgressService, port: int) -> web.AppRunner:
+    """Start the endpoint on `port` (all interfaces); the caller keeps the runner."""
+    app = web.Application(client_max_size=MAX_BODY)
+
+    async def handle(request: web.Request) -> web.Response:
+        return await _handle(service, request)
+
+    app.router.add_route("POST", PATH, handle)
+    app.router.add_route("GET", PATH, handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    log.info("progress reports accepted on :%d%s", port, PATH)
+    return runner

@@ -1,0 +1,476 @@
+"""The pure rules of the training-aware lifecycle (issue 24): a progress report checked and
+folded into status.progress, the throttle of status writes, the checkpoint-before-eviction
+wait, the work a preemption victim loses, the pod wiring of the report channel and the
+Degraded rule. No I/O and no clock of its own (`now` is an argument).
+
+Neighbours: the trainer's side is `trainop.launcher.progress` (standard library only), the
+endpoint that receives reports is `trainop.handlers.progress`, the models are
+`trainop.api.progress`; `trainop.reconcile` wires pods and sets TRAINOP_RESUME_FROM,
+`trainop.queueing.preemption` weighs lost work. docs/progress.md tells the whole story.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainop.api import constants as c
+from trainop.api.progress import PROGRESS_AUDIENCE
+from trainop.launcher.progress import (
+    INTERVAL_ENV,
+    PROGRESS_URL_ENV,
+    RANK_ENV,
+    RESUME_ENV,
+    RESUME_STEP_ENV,
+    SIGNAL_ENV,
+    SIGNAL_RANKS_ENV,
+    TOKEN_FILE_ENV,
+)
+
+TOKEN_DIR = "/var/run/secrets/trainop.dev/progress"
+TOKEN_VOLUME = "trainop-progress-token"
+TOKEN_SECONDS = 3600  # the kubelet refreshes it at 80% of its life
+MAX_RANKS_KEPT = 4  # status.progress.ranks: the slowest few, so the status stays small
+MAX_TEXT = 512
+
+
+class ReportError(ValueError):
+    """A report that cannot be used; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """One progress report, as the trainer sent it (rank and node come from the pod)."""
+
+    step: int
+    step_seconds: float | None = None
+    samples_per_second: float | None = None
+    tokens_per_second: float | None = None
+    checkpoint_path: str = ""
+    checkpoint_step: int | None = None
+    phase: str = ""
+
+
+def _number(data: Mapping[str, Any], key: str, integer: bool = False) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or not math.isfinite(value) or value < 0:
+        kind = "an integer" if integer else "a number"
+        raise ReportError(f"{key}: must be {kind} >= 0, got {value!r}")
+    return value
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ReportError(f"{key}: must be a string of at most {MAX_TEXT} characters")
+    return value
+
+
+def parse_report(data: Any) -> Report:
+    """Check a decoded JSON report: {step, stepSeconds?, samplesPerSecond?,
+    tokensPerSecond?, checkpoint?: {path, step}, phase?}."""
+    if not isinstance(data, Mapping):
+        raise ReportError("the report must be a JSON object")
+    step = _number(data, "step", integer=True)
+    if step is None:
+        raise ReportError("step: required (the trainer's current step, an integer >= 0)")
+    ckpt = data.get("checkpoint") or {}
+    if not isinstance(ckpt, Mapping):
+        raise ReportError("checkpoint: must be an object {path, step}")
+    path = _text(ckpt, "path")
+    ckpt_step = _number(ckpt, "step", integer=True)
+    if bool(path) != (ckpt_step is not None):
+        raise ReportError("checkpoint: give both path and step")
+    return Report(
+        step=step,
+        step_seconds=_number(data, "stepSeconds"),
+        samples_per_second=_number(data, "samplesPerSecond"),
+        tokens_per_second=_number(data, "tokensPerSecond"),
+        checkpoint_path=path,
+        checkpoint_step=ckpt_step,
+        phase=_text(data, "phase"),
+    )
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: Any) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+
+
+def summary(step: int, total: int | None) -> str:
+    if not total:
+        return f"step {step}"
+    return f"{step}/{total} ({min(100, 100 * step // total)}%)"
+
+
+def _rank_rows(
+    old: list[Mapping[str, Any]], rank: int, node: str, seconds: float | None
+) -> list[dict[str, Any]]:
+    rows = {int(r["rank"]): dict(r) for r in old if "rank" in r}
+    if seconds is not None:
+        rows[rank] = {"rank": rank, "node": node, "stepSeconds": round(seconds, 4)}
+    slowest = sorted(rows.values(), key=lambda r: (-float(r["stepSeconds"]), r["rank"]))
+    keep = slowest[:MAX_RANKS_KEPT]
+    if 0 in rows and rows[0] not in keep:  # rank 0 stays: the reference of a straggler
+        keep[-1] = rows[0]
+    return sorted(keep, key=lambda r: r["rank"])
+
+
+def _rate(old: Mapping[str, Any], step: int, now: datetime) -> float | None:
+    before = parse_time(old.get("lastReportTime"))
+    was = old.get("step")
+    if before is None or not isinstance(was, int) or step <= was or now <= before:
+        return old.get("stepsPerSecond") if step == was else None
+    return round((step - was) / (now - before).total_seconds(), 4)
+
+
+def _rank0(out: dict[str, Any], old: Mapping[str, Any], report: Report, now: datetime) -> None:
+    """Rank 0's report moves the job's step, rates, ETA and phase."""
+    rate = _rate(old, report.step, now)
+    out["step"] = report.step
+    for key, value in (
+        ("stepSeconds", report.step_seconds),
+        ("samplesPerSecond", report.samples_per_second),
+        ("tokensPerSecond", report.tokens_per_second),
+        ("stepsPerSecond", rate),
+    ):
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = round(float(value), 4)
+    total = out.get("totalSteps")
+    if not rate and report.step_seconds:
+        rate = 1.0 / report.step_seconds
+    if total and rate and report.step < total:
+        out["eta"] = iso(now + timedelta(seconds=(total - report.step) / rate))
+    else:
+        out.pop("eta", None)
+    out["phase"] = report.phase
+    out["summary"] = summary(report.step, total)
+
+
+def fold(
+    old: Mapping[str, Any] | None,
+    report: Report,
+    rank: int,
+    node: str,
+    now: datetime,
+    total_steps: int | None,
+) -> dict[str, Any]:
+    """status.progress after `report` from the pod of `rank` on `node`."""
+    before = dict(old or {})
+    out = dict(before)
+    out["totalSteps"] = total_steps
+    if total_steps is None:
+        out.pop("totalSteps")
+    if rank == 0:
+        _rank0(out, before, report, now)
+    out.setdefault("step", 0)
+    out.setdefault("summary", summary(int(out["step"]), total_steps))
+    if report.checkpoint_path and report.checkpoint_step is not None:
+        last = before.get("lastCheckpoint") or {}
+        if (last.get("path"), last.get("step")) != (report.checkpoint_path, report.checkpoint_step):
+            out["lastCheckpoint"] = {
+                "path": report.checkpoint_path,
+                "step": report.checkpoint_step,
+                "time": iso(now),
+            }
+    out["ranks"] = _rank_rows(list(before.get("ranks") or []), rank, node, report.step_seconds)
+    out["lastReportTime"] = iso(now)
+    return out
+
+
+def should_write(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    last_write: float | None,
+    clock: float,
+    interval: float,
+) -> bool:
+    """Throttle: at most one status.progress write per job per `interval` seconds, except
+    that a new checkpoint is written at once (an eviction may be waiting for it)."""
+    if (old or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
+        return True
+    return last_write is None or clock - last_write >= interval
+
+
+# --- checkpoint before eviction ------------------------------------------------------------
+def checkpoint_request(
+    progress: Mapping[str, Any] | None, grace_seconds: int, reason: str, now: datetime
+) -> dict[str, Any]:
+    """status.checkpointRequest: asked now, evicted at the deadline at the latest."""
+    return {
+        "requestedAt": iso(now),
+        "deadline": iso(now + timedelta(seconds=grace_seconds)),
+        "step": int((progress or {}).get("step") or 0),
+        "reason": reason,
+    }
+
+
+def checkpoint_answered(
+    progress: Mapping[str, Any] | None, request: Mapping[str, Any]
+) -> Mapping[str, Any] | None:
+    """The checkpoint that answers `request`: reported at or after it, at or after its step."""
+    ckpt = (progress or {}).get("lastCheckpoint") or {}
+    at = parse_time(ckpt.get("time"))
+    asked = parse_time(request.get("requestedAt"))
+    if at is None or asked is None or at < asked:
+        return None
+    if int(ckpt.get("step") or 0) < int(request.get("step") or 0):
+        return None
+    return ckpt
+
+
+def eviction_note(
+    progress: Mapping[str, Any] | None, request: Mapping[str, Any], now: datetime
+) -> tuple[bool, str]:
+    """(evict now?, what the Preempted condition adds) for a gang with a checkpoint request."""
+    ckpt = checkpoint_answered(progress, request)
+    if ckpt is not None:
+        return True, f"checkpointed at step {ckpt['step']} ({ckpt['path']}) before eviction"
+    deadline = parse_time(request.get("deadline"))
+    if deadline is None or now >= deadline:
+        return True, (
+            "no checkpoint was reported within the grace period "
+            f"(asked at step {request.get('step', 0)}): evicted at the deadline"
+        )
+    return False, ""
+
+
+def lost_work_gpu_seconds(
+    progress: Mapping[str, Any] | None, started: datetime | None, gpus: int, now: datetime
+) -> float:
+    """GPU-seconds a victim loses when evicted now: time since its last checkpoint (or since
+    its gang started, without one) x its GPUs."""
+    ckpt = parse_time(((progress or {}).get("lastCheckpoint") or {}).get("time"))
+    since = max((t for t in (ckpt, started) if t is not None), default=None)
+    if since is None:
+        return 0.0
+    return max(0.0, (now - since).total_seconds()) * gpus
+
+
+# --- pod wiring ----------------------------------------------------------------------------
+def resume_env(status: Mapping[str, Any]) -> dict[str, str]:
+    """TRAINOP_RESUME_FROM (and its step) from the last reported checkpoint, if any."""
+    ckpt = ((status.get("progress") or {}).get("lastCheckpoint")) or {}
+    if not ckpt.get("path"):
+        return {}
+    return {RESUME_ENV: str(ckpt["path"]), RESUME_STEP_ENV: str(ckpt.get("step", 0))}
+
+
+def wire_pod(
+    pod: Mapping[str, Any],
+    url: str,
+    spec_checkpoint: Mapping[str, Any] | None,
+    extra_env: Mapping[str, str],
+    interval: float,
+) -> dict[str, Any]:
+    """A copy of `pod` whose containers report to `url` with an audience-bound projected
+    ServiceAccount token, and carry `extra_env` (TRAINOP_RESUME_FROM)."""
+    out = dict(pod)
+    spec = dict(out["spec"])
+    out["spec"] = spec
+    env: dict[str, str] = dict(extra_env)
+    if url:
+        env |= {PROGRESS_URL_ENV: url, TOKEN_FILE_ENV: f"{TOKEN_DIR}/token"}
+        env[INTERVAL_ENV] = str(interval)
+        env[RANK_ENV] = str(
+            ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_RANK, "")
+        )
+        if spec_checkpoint:
+            env[SIGNAL_ENV] = str(spec_checkpoint.get("signal", "SIGUSR1"))
+            env[SIGNAL_RANKS_ENV] = str(spec_checkpoint.get("ranks", "RankZero"))
+        spec["volumes"] = [*(spec.get("volumes") or []), _token_volume(PROGRESS_AUDIENCE)]
+    if not env:
+        return out
+    containers = []
+    for container in spec.get("containers") or []:
+        ctr = dict(container)
+        names = {e.get("name") for e in ctr.get("env") or []}
+        ctr["env"] = [
+            *(ctr.get("env") or []),
+            *({"name": k, "value": v} for k, v in env.items() if k not in names),
+        ]
+        if url:
+            mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+            ctr["volumeMounts"] = [*(ctr.get("volumeMounts") or []), mount]
+        containers.append(ctr)
+    spec["containers"] = containers
+    return out
+
+
+def _token_volume(audience: str) -> dict[str, Any]:
+    # https://kubernetes.io/docs/concepts/storage/projected-volumes/#serviceaccounttoken
+    token = {"audience": audience, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
+    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+
+
+# --- who is reporting ----------------------------------------------------------------------
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+
+
+@dataclass(frozen=True)
+class ReportingPod:
+    """The pod a report comes from, as the TokenReview says (never as the report says)."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+
+
+def reporter_of(review: Mapping[str, Any], audience: str) -> ReportingPod:
+    """The pod a reviewed token was made for; ReportError when the token is not a pod-bound
+    ServiceAccount token for `audience`. A bound token's user is
+    system:serviceaccount:<namespace>:<name>, and its extra names the pod
+    (https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/#bound-service-account-token-volume)."""
+    if not review.get("authenticated"):
+        raise ReportError(f"token: not authenticated ({review.get('error') or 'rejected'})")
+    if audience not in (review.get("audiences") or []):
+        raise ReportError(f"token: its audience must be {audience} (a projected token)")
+    user = review.get("user") or {}
+    parts = str(user.get("username", "")).split(":")
+    if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
+        raise ReportError("token: not a ServiceAccount token")
+    extra = user.get("extra") or {}
+    pod = (extra.get(POD_NAME_EXTRA) or [""])[0]
+    uid = (extra.get(POD_UID_EXTRA) or [""])[0]
+    if not pod or not uid:
+        raise ReportError("token: not bound to a pod (use the projected token trainop mounts)")
+    return ReportingPod(parts[2], pod, uid)
+
+
+def job_of_pod(
+    pod: Mapping[str, Any] | None, who: ReportingPod, job: Mapping[str, Any] | None
+) -> str:
+    """The name of the job `who`'s pod belongs to; ReportError when the pod is not a live
+    trainop gang pod with that uid, owned by that job."""
+    meta = (pod or {}).get("metadata") or {}
+    if not pod or meta.get("uid") != who.pod_uid:
+        raise ReportError(f"pod {who.namespace}/{who.pod}: not a pod trainop knows")
+    name = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME, "")
+    owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
+    if not name or job is None or (job.get("metadata") or {}).get("uid") not in owners:
+        raise ReportError(f"pod {who.namespace}/{who.pod}: not a pod of a TrainingJob")
+    return str(name)
+
+
+# --- a slow placement noticed: the Degraded rule ---------------------------------------------
+DEGRADED = "Degraded"
+
+
+def placement_key(placement: Mapping[str, Any] | None) -> str:
+    """One string per placement: the gang's nodes in rank order."""
+    return ",".join((placement or {}).get("nodes") or [])
+
+
+def note_placement(
+    progress: Mapping[str, Any], placement: Mapping[str, Any] | None, warmup_steps: int
+) -> dict[str, Any]:
+    """Keep the step-time references of status.progress up to date with the placement:
+    on a new placement, this placement's best step time after warm-up becomes the baseline
+    (with its allreduce estimate) and the count of warm-up steps starts again."""
+    out = dict(progress)
+    key = placement_key(placement)
+    step = int(out.get("step") or 0)
+    if out.get("placementKey") != key:
+        if out.get("bestStepSeconds"):
+            out["baselineStepSeconds"] = out["bestStepSeconds"]
+            out["baselineAllreduceSeconds"] = out.get("placementAllreduceSeconds")
+        out["placementKey"] = key
+        out["placementStartStep"] = step
+        out["placementAllreduceSeconds"] = (placement or {}).get("estimatedAllreduceSeconds")
+        out.pop("bestStepSeconds", None)
+        return {k: v for k, v in out.items() if v is not None}
+    seconds = out.get("stepSeconds")
+    warm = step - int(out.get("placementStartStep") or 0) >= warmup_steps
+    if warm and seconds and (not out.get("bestStepSeconds") or seconds < out["bestStepSeconds"]):
+        out["bestStepSeconds"] = seconds
+    return out
+
+
+@dataclass(frozen=True)
+class Degraded:
+    """The Degraded rule's verdict: `expected` is the step time the placement should give."""
+
+    degraded: bool
+    reason: str = ""
+    message: str = ""
+    expected: float | None = None
+
+
+def expected_step_seconds(progress: Mapping[str, Any]) -> float | None:
+    """The step time this placement should give: the earlier placements' step time scaled
+    by the ratio of the allreduce estimates (never below it), else this placement's own
+    best step time after warm-up."""
+    base = progress.get("baselineStepSeconds")
+    if base:
+        now_ar = progress.get("placementAllreduceSeconds")
+        then_ar = progress.get("baselineAllreduceSeconds")
+        ratio = now_ar / then_ar if now_ar and then_ar else 1.0
+        return float(base) * max(1.0, ratio)
+    best = progress.get("bestStepSeconds")
+    return float(best) if best else None
+
+
+def straggler(progress: Mapping[str, Any], factor: float) -> str:
+    """The slowest rank when it is `factor` x slower than the median of the reporting ranks."""
+    ranks = [r for r in progress.get("ranks") or [] if r.get("stepSeconds")]
+    if len(ranks) < 2:
+        return ""
+    median = statistics.median(float(r["stepSeconds"]) for r in ranks)
+    slow = max(ranks, key=lambda r: float(r["stepSeconds"]))
+    if float(slow["stepSeconds"]) < factor * median:
+        return ""
+    node = f" on node {slow['node']}" if slow.get("node") else ""
+    return (
+        f"rank {slow['rank']}{node} is a straggler ({float(slow['stepSeconds']):.3g} s per "
+        f"step, the ranks' median {median:.3g} s)"
+    )
+
+
+def judge_degraded(
+    progress: Mapping[str, Any] | None,
+    placement: Mapping[str, Any] | None,
+    factor: float,
+    warmup_steps: int,
+) -> Degraded:
+    """Whether the gang runs `factor` x slower than expected after warm-up, and why."""
+    p = progress or {}
+    seconds = p.get("stepSeconds")
+    if (
+        not seconds
+        or int(p.get("step") or 0) - int(p.get("placementStartStep") or 0) < warmup_steps
+    ):
+        return Degraded(False, "WarmingUp")
+    expected = expected_step_seconds(p)
+    if expected is None or seconds < factor * expected:
+        return Degraded(False, "AsExpected", expected=expected)
+    why = straggler(p, factor)
+    if not why:
+        link = (placement or {}).get("allreduceBottleneck")
+        why = (
+            f"no straggler rank: the whole gang is slower; its allreduce crosses {link} links"
+            if link and link not in ("node", "clique")
+            else "no straggler rank: the whole gang is slower (contention on its nodes or links)"
+        )
+    message = (
+        f"step time {float(seconds):.3g} s is {float(seconds) / expected:.1f}x the expected "
+        f"{expected:.3g} s (factor {factor:g}): {why}"
+    )
+    return Degraded(True, "SlowerThanExpected", message, expected)
