@@ -101,6 +101,7 @@ OPERATOR_NEEDS = [
     ("watch", "namespaces"),
     ("list", "priorityclasses.scheduling.k8s.io"),
     ("watch", "priorityclasses.scheduling.k8s.io"),
+    ("create", "tokenreviews.authentication.k8s.io"),  # progress reports (docs/progress.md)
 ]
 
 # ... and what it must not be able to do.

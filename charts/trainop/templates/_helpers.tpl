@@ -70,6 +70,11 @@ app.kubernetes.io/part-of: trainop
 {{- printf "%s-metrics" (include "trainop.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The headless Service training pods send progress reports to (docs/progress.md). */}}
+{{- define "trainop.progressName" -}}
+{{- printf "%s-progress" (include "trainop.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* The namespace for an optional monitoring object: its own override, else the release's. */}}
 {{- define "trainop.monitoringNamespace" -}}
 {{- default .root.Release.Namespace .namespace }}
