@@ -12,6 +12,11 @@ fleets (racks of 25, 8 racks a block) of 1,000 to 10,000 nodes, and reports for 
           gang scheduling was measured on (562-630 pods/s, kubernetes/kubernetes#139859).
   deep    the fleet filled by running gangs, then P mixed gangs pending behind it: the cost
           of a cycle when nothing changed, and when one pod ended (its node's GPUs freed).
+  tree    queue trees (issue 25): org > 10 divisions > 10 teams each (100 leaf queues, every
+          team's quota carved out of its division's, its division's out of org's; the
+          fleet's GPUs are org's quota), G gangs of 4 x 8 GPUs spread over the teams, with
+          a third of the teams sending twice as many so they borrow up the tree. Cycles run
+          as in burst; the same jobs in 100 flat queues of one cohort give the baseline.
   rss     the process's peak resident set after each size.
 
 Times are CPU seconds of the bench process (time.process_time), so other work on the
@@ -44,13 +49,22 @@ from trainop.planner import OperatorConfig, Plan
 NS = "bench"
 
 
-def job_body(g: Gang, topology: str = "rack") -> dict[str, Any]:
+def job_body(
+    g: Gang, topology: str = "rack", ns: str = NS, queue: str | None = None
+) -> dict[str, Any]:
+    body = _job_body(g, topology, ns)
+    if queue:
+        body["spec"]["queue"] = queue
+    return body
+
+
+def _job_body(g: Gang, topology: str, ns: str) -> dict[str, Any]:
     return {
         "apiVersion": "trainop.dev/v1alpha1",
         "kind": "TrainingJob",
         "metadata": {
             "name": g.name,
-            "namespace": NS,
+            "namespace": ns,
             "uid": str(uuid.uuid4()),
             "generation": 1,
             "resourceVersion": "1",
@@ -69,7 +83,7 @@ def pod_body(job: dict[str, Any], name: str, node: str, gpus: int) -> dict[str, 
     return {
         "metadata": {
             "name": name,
-            "namespace": NS,
+            "namespace": job["metadata"]["namespace"],
             "uid": str(uuid.uuid4()),
             "labels": {"trainop.dev/job-name": job["metadata"]["name"]},
             "ownerReferences": [{"uid": job["metadata"]["uid"], "kind": "TrainingJob"}],
@@ -198,6 +212,63 @@ def deep(nodes: int, pending: int) -> dict[str, Any]:
     }
 
 
+def tree_queues(gpus: int, nested: bool) -> list[dict[str, Any]]:
+    """org > 10 divisions > 10 teams (nested), or the same 100 teams as flat queues of one
+    cohort."""
+    team_q, div_q = gpus * 8 // 1000, gpus // 10  # teams: 80% of their division's quota
+    out = []
+    if nested:
+        out.append(_tq("org", gpus, None, ()))
+        out += [_tq(f"div{d}", div_q, "org", ()) for d in range(10)]
+    for d in range(10):
+        for t in range(10):
+            parent = f"div{d}" if nested else None
+            out.append(_tq(f"team{d}-{t}", team_q, parent, (f"team{d}-{t}",)))
+    if not nested:  # the flat baseline borrows across one cohort
+        for q in out:
+            q["spec"]["cohort"] = "all"
+    return out
+
+
+def _tq(name: str, gpus: int, parent: str | None, namespaces: tuple[str, ...]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"quotas": [{"name": "h100", "gpus": gpus}]}
+    if parent:
+        spec["parent"] = parent
+    if namespaces:
+        spec["namespaces"] = list(namespaces)
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+
+
+def tree(nodes: int, gangs: int, nested: bool) -> dict[str, Any]:
+    bench = Bench(fleet(nodes))
+    bench.state.load("trainingqueues", tree_queues(nodes * 8, nested))
+    bodies = []
+    for i in range(gangs):
+        team = i % 130  # teams 0-29 get a second share: they borrow
+        d, t = divmod(team % 100, 10)
+        name = f"team{d}-{t}"
+        bodies.append(job_body(Gang(f"q{i:05d}", 4, 8), ns=name, queue=name))
+    bench.add_jobs(bodies)
+    times: list[float] = []
+    total = 0
+    for _ in range(50):
+        took, g, _p = bench.cycle()
+        times.append(took)
+        total += g
+        if g == 0:
+            break
+    return {
+        "nodes": nodes,
+        "gangs": gangs,
+        "queues": "org > 10 > 100" if nested else "100 flat",
+        "admitted_gangs": total,
+        "cycles": len(times),
+        "cycle_p50_s": round(pct(times, 0.5), 4),
+        "cycle_p99_s": round(pct(times, 0.99), 4),
+        "decide_seconds": round(sum(times), 3),
+    }
+
+
 def rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -224,6 +295,17 @@ def report(results: dict[str, Any]) -> str:
             f"| {d['nodes']:,} | {d['pending']:,} | {d['first_cycle_s']} | "
             f"{d['idle_cycle_p50_s']} | {d['one_pod_change_p50_s']} / {d['one_pod_change_max_s']} |"
         )
+    if results.get("tree"):
+        lines += [
+            "",
+            "| nodes | queues | gangs (4 x 8) | admitted | cycles | cycle p50 / p99 (s) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for t in results["tree"]:
+            lines.append(
+                f"| {t['nodes']:,} | {t['queues']} | {t['gangs']:,} | {t['admitted_gangs']:,} "
+                f"| {t['cycles']} | {t['cycle_p50_s']} / {t['cycle_p99_s']} |"
+            )
     lines += ["", f"Peak RSS of the bench process: {results['rss_mb']} MB."]
     return "\n".join(lines) + "\n"
 
@@ -251,9 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gangs", type=int, default=750)
     ap.add_argument("--pending", type=int, nargs="*", default=[100, 1000, 10000])
     ap.add_argument("--deep-nodes", type=int, nargs="*", default=[1000, 5000])
+    ap.add_argument("--tree-nodes", type=int, nargs="*", default=[1000, 5000])
     ap.add_argument("--out", default=str(RESULTS / "admission"))
     args = ap.parse_args(argv)
-    results: dict[str, Any] = {"burst": [], "deep": []}
+    results: dict[str, Any] = {"burst": [], "deep": [], "tree": []}
+    for n in args.tree_nodes:
+        for nested in (True, False):
+            results["tree"].append(tree(n, min(args.gangs, n * 8 // 32), nested))
+            print(json.dumps(results["tree"][-1]), flush=True)
     for n in args.nodes:
         results["burst"].append(burst(n, min(args.gangs, n * 8 // 32)))
         print(json.dumps(results["burst"][-1]), flush=True)

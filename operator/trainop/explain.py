@@ -1,4 +1,8 @@
-"""Formats one screen answering "why is it pending / where is it running" for a TrainingJob (pure)."""
+"""Formats one screen answering "why is it pending / where is it running" for a TrainingJob (pure).
+
+For a job of a queue tree it walks the tree from the root down (quota, used, borrowed and
+borrowingLimit per level) and marks the level whose quota or limit holds the job.
+"""
 
 from __future__ import annotations
 
@@ -45,12 +49,44 @@ def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> lis
     return lines
 
 
+def _tree_lines(
+    queue: Mapping[str, Any] | None, ancestors: Sequence[Mapping[str, Any]], message: str
+) -> list[str]:
+    """The queue's tree from the root down, one row per level and product group, marking
+    the level the pending message says holds the job ("held at NAME (level ...")."""
+    if queue is None or not ancestors:
+        return []
+    levels = [*reversed(ancestors), queue]
+    names = [str((q.get("metadata") or {}).get("name", "?")) for q in levels]
+    out = [
+        "Tree:       " + " > ".join(names),
+        "  level queue            product  quota   used  borrowed  limit",
+    ]
+    for depth, (name, q) in enumerate(zip(names, levels, strict=True), start=1):
+        limits = {
+            qq.get("name"): qq.get("borrowingLimit")
+            for qq in (q.get("spec") or {}).get("quotas") or []
+        }
+        held = "  <- holds the job" if f"held at {name} (" in message else ""
+        for u in (q.get("status") or {}).get("usage") or [{"name": "-"}]:
+            limit = limits.get(u.get("name"))
+            out.append(
+                f"  {depth:<5} {name:<16} {u.get('name', '-'):<8} {u.get('quota', 0):>5} "
+                f"{u.get('used', 0):>6} {u.get('borrowed', 0):>9} "
+                f"{'-' if limit is None else limit:>6}{held}"
+            )
+            held = ""
+    return out
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     events: Sequence[Mapping[str, Any]],
     queue: Mapping[str, Any] | None,
+    ancestors: Sequence[Mapping[str, Any]] = (),
 ) -> str:
+    """One screen about a job; `ancestors`: its queue's parent, grandparent, ... (a tree)."""
     meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
     fw = spec.get("framework", {})
     lines = [
@@ -65,6 +101,7 @@ def explain_text(
     if len(tried) > 1:
         lines.append("  releases tried: " + "; ".join(tried))
     lines += _queue_lines(queue, status.get("queue") or spec.get("queue"))
+    lines += _tree_lines(queue, ancestors, str(status.get("pendingMessage") or ""))
     if status.get("phase") == "Queued":
         pos = status.get("queuePosition")
         lines.append(

@@ -125,3 +125,38 @@ def test_image_compatibility_and_releases_tried() -> None:
     text = explain_text(job, [], [], None)
     assert "Image:      nvcr.io/nvidia/pytorch:24.10-py3  (ForwardCompat)" in text
     assert "releases tried: NGC 26.07" in text and "[ForwardCompat]: placed" in text
+
+
+def _tq(name: str, parent: str | None, quota: int, used: int, limit: int | None = None) -> dict:
+    q: dict = {"name": "h100", "gpus": quota}
+    if limit is not None:
+        q["borrowingLimit"] = limit
+    spec: dict = {"quotas": [q], **({"parent": parent} if parent else {})}
+    borrowed = max(0, used - quota)
+    usage = [{"name": "h100", "quota": quota, "used": used, "borrowed": borrowed, "pending": 0}]
+    return {"metadata": {"name": name}, "spec": spec, "status": {"usage": usage}}
+
+
+def test_a_waiting_job_of_a_queue_tree_shows_each_level_and_the_one_that_holds_it() -> None:
+    job = {
+        **JOB,
+        "status": {
+            "phase": "Queued",
+            "queue": "chat",
+            "pendingReason": "Quota",
+            "pendingMessage": "queue chat uses 20 of its 8 h100 GPUs and the job needs 4: held "
+            "at nlp (level 2 of 3, root first): nlp would use 24 of its 16 h100 GPUs, "
+            "borrowing 8, above its borrowingLimit of 4",
+        },
+    }
+    chat = _tq("chat", "nlp", 8, 20)
+    ancestors = [_tq("nlp", "org", 16, 20, limit=4), _tq("org", None, 32, 28)]
+    lines = explain_text(job, [], [], chat, ancestors).splitlines()
+    assert "Tree:       org > nlp > chat" in lines
+    rows = [ln.split() for ln in lines if ln.startswith("  ") and ln.split()[0] in "123"]
+    assert [r[:7] for r in rows] == [
+        ["1", "org", "h100", "32", "28", "0", "-"],
+        ["2", "nlp", "h100", "16", "20", "4", "4"],
+        ["3", "chat", "h100", "8", "20", "12", "-"],
+    ]
+    assert next(ln for ln in lines if "<- holds the job" in ln).split()[1] == "nlp"

@@ -12,7 +12,8 @@ import click
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("--kubeconfig", envvar="KUBECONFIG", help="Kubeconfig to use.")
 def explain(name: str, namespace: str, kubeconfig: str | None) -> None:
-    """Queue position, quota numbers, the failing constraint, placement, pods and events."""
+    """Queue position, quota numbers (each level of a queue tree), the failing constraint,
+    placement, pods and events."""
     from trainop.explain import explain_text
     from trainop.kube.client import load_kube_config
     from trainop.kube.reads import job_context
@@ -26,4 +27,4 @@ def explain(name: str, namespace: str, kubeconfig: str | None) -> None:
     if ctx is None:
         click.echo(f"error: TrainingJob {namespace}/{name} not found", err=True)
         sys.exit(1)
-    click.echo(explain_text(ctx["job"], ctx["pods"], ctx["events"], ctx["queue"]))
+    click.echo(explain_text(ctx["job"], ctx["pods"], ctx["events"], ctx["queue"], ctx["ancestors"]))

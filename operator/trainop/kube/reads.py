@@ -48,4 +48,26 @@ def job_context(namespace: str, name: str) -> dict[str, Any] | None:
         "pods": [_plain(p) for p in pods],
         "events": [_plain(e) for e in events],
         "queue": queue,
+        "ancestors": _ancestors(custom, queue),
     }
+
+
+def _ancestors(custom: client.CustomObjectsApi, queue: Any) -> list[dict[str, Any]]:
+    """The queue's parent, its parent, ... (a missing one or a cycle ends the walk)."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    parent = ((queue or {}).get("spec") or {}).get("parent")
+    while isinstance(parent, str) and parent and parent not in seen and len(out) < 32:
+        seen.add(parent)
+        try:
+            obj = cast(
+                dict[str, Any],
+                custom.get_cluster_custom_object(c.GROUP, c.VERSION, "trainingqueues", parent),
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            break
+        out.append(obj)
+        parent = (obj.get("spec") or {}).get("parent")
+    return out
