@@ -133,7 +133,8 @@ bench-eligibility: install
 	$(PY) bench/eligibility.py
 
 # Placement policies x workloads through the simulator's admission cycle (bench/placement);
-# writes bench/results/placement.{json,md} and placement-*.png (~10 min on 2 busy cores).
+# writes bench/results/placement.{json,md}, placement-*.png and, elastic gangs against
+# fixed-size ones, placement-elastic.{json,md} (~10 min on 2 busy cores).
 bench-placement: install
 	$(PY) -m bench.placement
 

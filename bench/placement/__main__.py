@@ -11,7 +11,9 @@ Workloads (bench/placement/workloads.py): (a) synthetic gangs on a 4 x 4 x 8 H10
 70/90/120% offered load, (b) the openb trace on its 1,213-node fleet, (c) synthetic gangs on
 the 4,278-node spot fleet at 70/90/120%. Event counts are scaled to fit a 2-core machine in
 well under 15 minutes (COUNTS). Writes OUT/placement.json (workload -> policy -> metric),
-OUT/placement.md (summary and targets) and OUT/placement-*.png.
+OUT/placement.md (summary and targets) and OUT/placement-*.png. Then the elastic runs
+(bench/placement/elastic.py): the synthetic workload with elastic gangs against fixed-size
+ones, written to OUT/placement-elastic.{json,md}; `--elastic-only` runs just those.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.placement import fleets, workloads
+from bench.placement import elastic, fleets, workloads
 from bench.placement.metrics import measure, measure_lower_bound
 from bench.placement.policies import factory, lower_bound, policies
 from bench.placement.report import plots, summary
@@ -82,7 +84,12 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     parser = argparse.ArgumentParser(prog="python -m bench.placement")
     parser.add_argument("--smoke", action="store_true", help="tiny workloads (the test suite)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--elastic-only", action="store_true", help="only the elastic runs")
     args = parser.parse_args(argv)
+    if args.elastic_only:
+        elastic.write(elastic.compare(args.smoke, log), args.out)
+        log(f"wrote {args.out / 'placement-elastic.md'}")
+        return 0
     report: dict[str, Any] = {
         "meta": {
             "seed": SEED,
@@ -113,6 +120,8 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     (args.out / "placement.json").write_text(json.dumps(report, indent=2))
     (args.out / "placement.md").write_text(summary(report))
     written = plots(report, args.out)
+    elastic.write(elastic.compare(args.smoke, log), args.out)
+    written.append("placement-elastic.md")
     log(
         f"wrote {args.out / 'placement.json'}, placement.md{', ' + ', '.join(written) if written else ''}"
     )

@@ -7,16 +7,20 @@ of G GPUs is G/8 pods of 8) on small_fleet: h100 nodes h0..h3 of 8 GPUs each.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.placement.__main__ import main as bench_main
 
 from tests.builders import NOW, ago, fleet_snapshot, job, pod, queue, workload
 from tests.unit.queueing_harness import decide
+from tests.unit.test_queueing_simulate import h100_nodes, tj, tq
 from trainop import frameworks
 from trainop.api.trainingjob import TrainingJobSpec, elastic_problem
 from trainop.frameworks.base import Member, WiringInput, member_host
 from trainop.planner import InvalidJob, OperatorConfig, Plan, plan_growth, plan_job
+from trainop.queueing import simulate
 from trainop.queueing.model import Action, QueuedJob
 from trainop.reconcile import ADMIT_ALL, Actions, Admission, reconcile
 
@@ -268,3 +272,54 @@ def test_a_running_elastic_job_without_a_verdict_keeps_its_size() -> None:
     assert acts.delete_pods == [] and acts.create == []
     assert acts.status["phase"] == "Running"
     assert acts.events == []
+
+
+# --- simulate: the same admission over time ---------------------------------------------
+def _elastic_tj(key: str, submit: float, duration: float, lo: int, hi: int) -> dict[str, Any]:
+    body = tj(key, submit, duration, 8 * hi)
+    body["spec"]["elastic"] = {"minReplicas": lo, "maxReplicas": hi}
+    return body
+
+
+SIM_CASES = [
+    pytest.param(
+        [tj("team-nlp/a", 0, 100, 16), _elastic_tj("team-nlp/el", 10, 100, 1, 4)],
+        {},
+        ((10, 2), (100, 4)),
+        155.0,
+        id="starts-small-then-grows",
+    ),
+    pytest.param(
+        [
+            _elastic_tj("team-nlp/el", 0, 100, 2, 4),
+            tj("team-nlp/hi", 20, 50, 16, priority="high"),
+        ],
+        {"high": 100},
+        ((0, 4), (20, 2), (70, 4)),
+        125.0,
+        id="shrinks-for-priority-then-grows-back",
+    ),
+]
+
+
+@pytest.mark.parametrize(("jobs", "classes", "sizes", "finished"), SIM_CASES)
+def test_simulated_elastic_job_sizes(
+    jobs: list[dict[str, Any]],
+    classes: dict[str, int],
+    sizes: tuple[tuple[float, int], ...],
+    finished: float,
+) -> None:
+    got = simulate(h100_nodes(4), [tq("nlp", 32)], jobs, priority_classes=classes)
+    el = got.job("team-nlp/el")
+    assert el.sizes == sizes
+    assert el.finished == pytest.approx(finished)
+    assert el.preemptions == 0
+    for other in (j for j in got.jobs if j.key != el.key):
+        assert other.state == "Finished"
+
+
+def test_bench_placement_elastic_runs_write_the_table(tmp_path: Path) -> None:
+    lines: list[str] = []
+    assert bench_main(["--smoke", "--elastic-only", "--out", str(tmp_path)], log=lines.append) == 0
+    table = (tmp_path / "placement-elastic.md").read_text()
+    assert "| 90% | fixed |" in table and "| 90% | elastic |" in table

@@ -492,6 +492,7 @@ class _Pass:
             borrowed=plan.borrow,
             placement=plan.fit,
             victims=tuple(r.key for r in plan.victims),
+            size=job.size if job.elastic is not None else None,
         )
 
     def shrink(self, part: Running, preemptor: QueuedJob, reason: str) -> None:
