@@ -15,6 +15,7 @@ The shape, every key optional:
     restartBackoffMaxSeconds: 300
     topologyWaitSeconds: 1800    # default bound of topology-aware waiting (docs/placement-cost.md)
     externalQueue: none          # none | kueue (see docs/queues.md)
+    gangScheduling: trainop      # trainop | kubernetes (Workload/PodGroup, Kubernetes 1.37; docs/gang-kubernetes.md)
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
     compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
     allowUnconfirmedReleases: true   # false: never choose a release with unconfirmed facts
@@ -38,6 +39,7 @@ from trainop.catalog import CatalogError, load_catalog
 from trainop.catalog.compat import MODES
 from trainop.dra import DraConfig
 from trainop.planner import EXTERNAL_QUEUES, OperatorConfig
+from trainop.workload import GANG_SCHEDULING_MODES
 from trainop.yamlio import YamlInputError, load_yaml_documents
 
 __all__ = ["ConfigError", "load_operator_config", "operator_config_from_data"]
@@ -52,6 +54,7 @@ _KEYS = (
     "imagePullGraceSeconds",
     "topologyWaitSeconds",
     "externalQueue",
+    "gangScheduling",
     "dra",
     "compatibilityModes",
     "allowUnconfirmedReleases",
@@ -156,6 +159,8 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
                 f"externalQueue: must be one of {', '.join(EXTERNAL_QUEUES)}, got {data['externalQueue']!r}"
             )
         kwargs["external_queue"] = data["externalQueue"]
+    if "gangScheduling" in data:
+        kwargs["gang_scheduling"] = _gang_scheduling(data["gangScheduling"])
     if data.get("dra") is not None:
         kwargs["dra"] = _dra(data["dra"])
     if "compatibilityModes" in data:
@@ -165,7 +170,25 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
         if not isinstance(value, bool):
             raise ConfigError(f"allowUnconfirmedReleases: must be true or false, got {value!r}")
         kwargs["allow_unconfirmed_releases"] = value
+    if (
+        kwargs.get("gang_scheduling") == "kubernetes"
+        and kwargs.get("external_queue", "none") != "none"
+    ):
+        raise ConfigError(
+            "gangScheduling: kubernetes is not combined with externalQueue: kueue; choose one "
+            "(both would hold the gang: Kueue by its pod group, kube-scheduler by its PodGroup)"
+        )
     return OperatorConfig(**kwargs)
+
+
+def _gang_scheduling(value: Any) -> str:
+    if value not in GANG_SCHEDULING_MODES:
+        raise ConfigError(
+            f"gangScheduling: must be one of {', '.join(GANG_SCHEDULING_MODES)}, got {value!r} "
+            "(kubernetes needs Kubernetes >= 1.37 with the GenericWorkload feature gate and "
+            "scheduling.k8s.io/v1beta1 on)"
+        )
+    return str(value)
 
 
 def _modes(value: Any) -> frozenset[str]:

@@ -52,6 +52,14 @@ from trainop.manifests import (
 from trainop.nccl import FabricMismatch, NcclSettings, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
 from trainop.placement.engine import level_names
+from trainop.workload import (
+    KUBERNETES,
+    TRAINOP,
+    eligibility_terms,
+    gang_objects,
+    join_group,
+    topology_key,
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,10 @@ class OperatorConfig:
     # Default bound of topology-aware waiting for queues that set no
     # spec.topologyWaitSeconds (see queueing.topowait).
     topology_wait_seconds: float = 1800.0
+    # "kubernetes": kube-scheduler holds, places and binds each gang through the upstream
+    # Workload/PodGroup API (Kubernetes 1.37, trainop.workload); trainop's own queues stand
+    # aside and pods are not pinned. "trainop" (the default until that API is GA): as before.
+    gang_scheduling: str = TRAINOP
     # Where pods send progress reports (trainop.progress; `trainop run --progress-url`):
     # "" wires no report channel. Reports go out at most every progress_interval seconds.
     progress_url: str = ""
@@ -151,6 +163,7 @@ class Plan:
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
     claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
+    gang: tuple[dict[str, Any], ...] = ()  # gangScheduling kubernetes: Workload, PodGroup
     compatibility: str | None = None  # status.compatibility: Native | ForwardCompat | ...
     image_tried: tuple[str, ...] = ()  # status.imageTried: releases tried, in order
     gpu_resource: str = c.RESOURCE_GPU  # what each GPU pod requests (nvidia.com/mig-<p>: MIG)
@@ -174,6 +187,7 @@ class Plan:
         if self.config_map:
             out.append(self.config_map)
         out.extend(self.claim_templates)
+        out.extend(self.gang)
         out.extend(self.pods)
         return out
 
@@ -509,6 +523,8 @@ def plan_job(
     if not snapshot.nodes:
         candidates(spec, config)
         return Wait("Incompatible", "the cluster has no nodes")
+    if config.gang_scheduling == KUBERNETES:  # kube-scheduler waits for room, not trainop
+        snapshot, gated = free_fleet(snapshot), False
     chosen = choose_gang(spec, ref.name, snapshot, config)
     if chosen.result is None:
         return Wait(
@@ -541,7 +557,58 @@ def plan_job(
         compatibility=chosen.compatibility,
         image_tried=tried,
         gpu_resource=chosen.gpu_resource,
+        gang=_gang(ref, spec, len(plan.placement.assignments), config),
     )
+
+
+def _gang(
+    ref: JobRef, spec: TrainingJobSpec, pods: int, config: OperatorConfig
+) -> tuple[dict[str, Any], ...]:
+    """gangScheduling kubernetes: the Workload and PodGroup of a gang of `pods` pods."""
+    if config.gang_scheduling != KUBERNETES:
+        return ()
+    p = spec.placement
+    key = topology_key(p.topology, p.mode, config.topology_levels)
+    return gang_objects(ref, pods, key, spec.priority_class_name)
+
+
+def _joined(
+    build: Callable[[], tuple[dict[str, Any], ...]], group: str, config: OperatorConfig
+) -> Callable[[], tuple[dict[str, Any], ...]]:
+    """gangScheduling kubernetes: the pods, each a member of the gang's PodGroup."""
+    if config.gang_scheduling != KUBERNETES:
+        return build
+    return lambda: tuple(join_group(p, group) for p in build())
+
+
+def _unpinned(
+    pod_plans: list[PodPlan],
+    spec: TrainingJobSpec,
+    choice: ImageChoice,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+) -> list[PodPlan]:
+    """gangScheduling kubernetes: no node pin; a GPU pod must land on a node the image runs
+    on (the catalog's compatibility terms, always) of the fabric its NCCL settings were
+    tuned for (the planned node's FabricProfile selector)."""
+    compat = tuple(
+        node_affinity_terms(
+            config.catalog,
+            choice.cuda,
+            choice.release,
+            tuple(spec.placement.gpu_products),
+            modes=config.compatibility_modes,
+        )
+    )
+    out = []
+    for plan in pod_plans:
+        terms: tuple[dict[str, Any], ...] = ()
+        if plan.gpus and plan.node_object is not None:
+            labels = snapshot.node(plan.node_object).labels
+            profile = select_profile(labels, config.fabric_profiles, spec.network.fabric)
+            terms = eligibility_terms(compat, profile.spec.node_selector)
+        out.append(replace(plan, node=None, node_object=None, compat_terms=terms))
+    return out
 
 
 def with_workers(spec: TrainingJobSpec, workers: int) -> TrainingJobSpec:
@@ -726,7 +793,7 @@ def build_plan(
         image=choice,
         placement=placement,
         job=ref.name,
-        build_pods=build_pods,
+        build_pods=_joined(build_pods, ref.name, config),
         service=(
             build_service(ref, sorted({p for plan in pod_plans for p in plan.ports}))
             if len(pod_plans) > 1
@@ -814,6 +881,8 @@ def _pod_plans(
                 ssh_secret=ssh_secret,
             )
         )
+    if config.gang_scheduling == KUBERNETES:  # kube-scheduler picks the nodes
+        return _unpinned(pod_plans, spec, choice, snapshot, config)
     return pod_plans
 
 

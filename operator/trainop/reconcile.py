@@ -49,6 +49,7 @@ from trainop.planner import (
     with_workers,
 )
 from trainop.validation import check_priority_class, checked_spec
+from trainop.workload import gang_name, name_gang
 
 # pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
 QUEUE_INVALID = "QueueInvalid"
@@ -901,6 +902,8 @@ def _inadmissible_condition(st: _Status, admission: Admission) -> None:
 
 
 def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
+    if result.gang:  # gangScheduling kubernetes: kube-scheduler places it (trainop.workload)
+        return _hand_over_gang(ctx, result)
     st = ctx.st
     ctx.acts.create.extend(_wired(ctx, o) for o in result.objects)
     ctx.acts.needs_ssh_secret = result.secret_name
@@ -942,6 +945,26 @@ def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
         resume,
         ctx.config.progress_interval,
     )
+
+
+def _hand_over_gang(ctx: _Ctx, result: Plan) -> Actions:
+    """Create the gang with a PodGroup of its own for kube-scheduler to hold, place and
+    bind whole; status names the group (which nodes is kube-scheduler's choice)."""
+    st, group = ctx.st, gang_name(ctx.name, ctx.now.timestamp())
+    ctx.acts.create.extend(name_gang(result.objects, group))
+    ctx.acts.needs_ssh_secret = result.secret_name
+    st.new["image"] = result.image.image
+    if result.compatibility:
+        st.new["compatibility"] = result.compatibility
+    st.new["imageTried"] = list(result.image_tried)
+    st.new["startTime"] = st.new.get("startTime") or iso(ctx.now)
+    st.enter(
+        "Admitted",
+        "GangHandedOver",
+        f"{len(result.pods)} pods created in PodGroup {group}; kube-scheduler places and "
+        f"binds the gang whole; image {result.image.image}",
+    )
+    return ctx.finish(requeue=2.0)
 
 
 def rejected_status(

@@ -22,6 +22,17 @@ _bin_dir = click.option(
 )
 
 
+_kubernetes = click.option(
+    "--kubernetes",
+    type=click.Choice(binaries.KUBERNETES_MINORS),
+    default="1.36",
+    show_default=True,
+    help="Kubernetes minor of the control plane: 1.37 (v1.37.2, built on first use) runs the "
+    "upstream gang API (GenericWorkload, scheduling.k8s.io/v1beta1) for gangScheduling: "
+    "kubernetes.",
+)
+
+
 def _fail(exc: Exception) -> None:
     click.echo(f"error: {exc}", err=True)
     sys.exit(1)
@@ -40,11 +51,12 @@ def cluster() -> None:
     help="Also the binaries of real nodes (kubelet, containerd + shim + ctr, CoreDNS) and of "
     "images push (crane, a local registry).",
 )
-def build(real_nodes: bool) -> None:
+@_kubernetes
+def build(real_nodes: bool, kubernetes: str) -> None:
     """Build (once) and cache every binary the local cluster and the tests need (Kueue's
     controller manager included, for the `externalQueue: kueue` tests)."""
     try:
-        found = binaries.resolve_binaries()
+        found = binaries.resolve_binaries(components=binaries.control_plane(kubernetes))
         found.update(binaries.resolve_binaries(components=(binaries.KUEUE,)))
         if real_nodes:
             found.update(binaries.resolve_binaries(components=binaries.NODE_COMPONENTS))
@@ -71,9 +83,12 @@ def build(real_nodes: bool) -> None:
     show_default=True,
     help="Also run N real nodes (kubelet + containerd + runc on this machine; needs root).",
 )
-def up(name: str, bin_dir: str | None, fleet_path: str | None, real_nodes: int) -> None:
+@_kubernetes
+def up(
+    name: str, bin_dir: str | None, fleet_path: str | None, real_nodes: int, kubernetes: str
+) -> None:
     """Create (or repair) the cluster and its fleet; safe to run again."""
-    lc = LocalCluster(name=name, bin_dir=bin_dir)
+    lc = LocalCluster(name=name, bin_dir=bin_dir, kubernetes=kubernetes)
     try:
         lc.up(fleet_path, real_nodes=real_nodes)
         if real_nodes:  # images built before (any cluster) run here without a rebuild

@@ -93,6 +93,28 @@ COMPONENTS = (
 )
 ALL_BINARIES = tuple(b for c in COMPONENTS for b in c.binaries)
 
+# `trainop cluster up --kubernetes 1.37`: Kubernetes 1.37's control plane, for the upstream
+# gang API (`gangScheduling: kubernetes`, trainop.workload). Its go.mod declares `go 1.26.0`
+# (no newer toolchain needed) and replaces the same staging modules as 1.36's. Only what
+# that mode runs is built; kubectl stays 1.36's (one minor apart: within the skew policy,
+# https://kubernetes.io/releases/version-skew-policy/#kubectl). A cache entry of its own,
+# built on first use, never by `make build-binaries` (see docs/gang-kubernetes.md).
+KUBERNETES_137 = Component(
+    "kubernetes", "v1.37.2", ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+)
+KUBERNETES_MINORS = ("1.36", "1.37")
+
+
+def control_plane(kubernetes: str = "1.36") -> tuple[Component, ...]:
+    """The components `cluster up` runs for a Kubernetes minor (1.36: the default)."""
+    if kubernetes not in KUBERNETES_MINORS:
+        raise BuildError(
+            f"--kubernetes: {kubernetes!r} is not one of {', '.join(KUBERNETES_MINORS)}"
+        )
+    # Later components win in resolve_binaries: 1.37's three commands replace 1.36's.
+    return COMPONENTS if kubernetes == "1.36" else (*COMPONENTS, KUBERNETES_137)
+
+
 # What a real node runs, built only when real nodes are asked for (the default `make test`
 # path never builds them). The kubelet is its own cache entry so that adding it did not
 # invalidate the control-plane build of the same Kubernetes version.

@@ -42,6 +42,7 @@ class LocalCluster:
 
     name: str = DEFAULT_NAME
     bin_dir: str | None = None
+    kubernetes: str = "1.36"  # the minor to run: 1.36, or 1.37 for the upstream gang API
 
     @property
     def workdir(self) -> Path:
@@ -56,7 +57,23 @@ class LocalCluster:
         return state_root() / f"{self.name}.kubeconfig"
 
     def binaries(self, build: bool = True) -> dict[str, Path]:
-        return binaries.resolve_binaries(self.bin_dir, build=build, progress=_say)
+        return binaries.resolve_binaries(
+            self.bin_dir,
+            build=build,
+            progress=_say,
+            components=binaries.control_plane(self.kubernetes),
+        )
+
+    @property
+    def _version_file(self) -> Path:
+        return self.cluster_dir / "trainop-kubernetes"
+
+    def running_minor(self) -> str:
+        """The Kubernetes minor the existing cluster was created with (1.36 if unrecorded)."""
+        try:
+            return self._version_file.read_text().strip() or "1.36"
+        except OSError:
+            return "1.36"
 
     # --- commands -----------------------------------------------------------------
 
@@ -142,6 +159,11 @@ class LocalCluster:
         if real_nodes < 0:
             raise ClusterError(f"--real-nodes must be >= 0, got {real_nodes}")
         bins = self.binaries(build=True)
+        if self.exists() and self.running_minor() != self.kubernetes:
+            raise ClusterError(
+                f"cluster {self.name!r} runs Kubernetes {self.running_minor()}, not "
+                f"{self.kubernetes}; delete it first (trainop cluster down --name {self.name})"
+            )
         if self.exists() and not self.api_ready():
             _say(f"cluster {self.name!r} exists but is not serving; starting it")
             if self.kwokctl("start", "cluster", "--wait", "60s", check=False).returncode != 0:
@@ -174,7 +196,9 @@ class LocalCluster:
                 str(stages_path()),
                 "--wait",
                 "90s",
+                *gate_flags(self.kubernetes),
             )
+            self._version_file.write_text(self.kubernetes + "\n")
         self.apply_fleet(the_fleet)
         self.wait_ready(the_fleet, wait_seconds)
         if real_nodes:
@@ -378,6 +402,27 @@ class LocalCluster:
                 )
             )
         return info
+
+
+# Kubernetes 1.37: the upstream gang API is beta but off by default (GenericWorkload gate,
+# scheduling.k8s.io/v1beta1); KEP-5732's topology-aware workload scheduling is alpha
+# (TopologyAwareWorkloadScheduling, pkg/features/kube_features.go in v1.37.2:
+# https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/features/kube_features.go).
+# kwokctl hands both flags to the apiserver, controller manager and scheduler alike.
+GANG_FEATURE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+GANG_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+
+
+def gate_flags(kubernetes: str) -> list[str]:
+    """kwokctl create flags that turn on the upstream gang API (1.37 only)."""
+    if kubernetes == "1.36":
+        return []
+    return [
+        "--kube-feature-gates",
+        GANG_FEATURE_GATES,
+        "--kube-runtime-config",
+        GANG_RUNTIME_CONFIG,
+    ]
 
 
 def _is_ready(node: dict[str, Any]) -> bool:

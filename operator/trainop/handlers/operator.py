@@ -376,8 +376,9 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
     """The loop's verdict for a job without live pods. Not decided yet: the job's current
     wait as its status shows it, so nothing is written until the loop has spoken (None for
     a job that has no status yet: nothing to carry out before the first verdict)."""
-    if live or Runtime.config.external_queue != "none":
-        return ADMIT_ALL
+    config = Runtime.config
+    if live or config.external_queue != "none" or config.gang_scheduling == "kubernetes":
+        return ADMIT_ALL  # Kueue, or kube-scheduler's PodGroups, hold the gang instead
     verdict = Runtime.state.decisions.get(key)
     meta = body.get("metadata") or {}
     if verdict is not None and verdict.uid == meta.get("uid"):

@@ -209,6 +209,10 @@ class AdmissionLoop:
         started = time.monotonic()
         now = datetime.now(UTC).replace(tzinfo=None)
         state, config = self.state, self.config()
+        if config.gang_scheduling == "kubernetes":
+            # kube-scheduler holds, places and preempts gangs (trainop.workload): no
+            # verdicts, assumptions or evictions of trainop's own.
+            return None
         state.expire(started)
         work = gather(state, config, now, started)
         inputs = cycle_inputs(

@@ -21,6 +21,14 @@ from trainop.api import constants as c
 log = logging.getLogger("trainop.kube")
 
 PLURAL = "trainingjobs"
+# Kinds created by URL through the custom-objects client (the generated client of the
+# pinned kubernetes package predates them): DRA's claim templates (resource.k8s.io/v1) and
+# the upstream gang API's Workload and PodGroup (scheduling.k8s.io/v1beta1, trainop.workload).
+_BY_URL = {
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "Workload": "workloads",
+    "PodGroup": "podgroups",
+}
 
 # Every object trainop creates is sent with fieldValidation=Strict: a field the API server
 # does not know (a misspelt key that slipped into a pod template) fails the create with the
@@ -144,14 +152,14 @@ class KubeApi:
         ns = obj["metadata"]["namespace"]
         metrics.API_WRITES.labels("create", kind).inc()
         self.faults.maybe_fail()
-        if kind == "ResourceClaimTemplate":  # DRA mode: resource.k8s.io/v1, by URL
+        if kind in _BY_URL:
             group, version = obj["apiVersion"].split("/")
             try:
                 self.custom.create_namespaced_custom_object(
                     group,
                     version,
                     ns,
-                    "resourceclaimtemplates",
+                    _BY_URL[kind],
                     dict(obj),
                     field_validation=FIELD_VALIDATION,
                 )
