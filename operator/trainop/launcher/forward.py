@@ -70,8 +70,7 @@ def _watch(
 def run(command: Sequence[str], env: Mapping[str, str], signame: str) -> int:
     """Run `command` as a child, forward requests and signals, return its exit status."""
     child = subprocess.Popen(list(command))
-    for s in FORWARDED:
-        signal.signal(s, lambda num, _frame: child.send_signal(num))
+    before = {s: signal.signal(s, lambda num, _frame: child.send_signal(num)) for s in FORWARDED}
     stop = threading.Event()
     watcher = threading.Thread(
         target=_watch, args=(env, child, signal.Signals[signame], stop), daemon=True
@@ -81,3 +80,5 @@ def run(command: Sequence[str], env: Mapping[str, str], signame: str) -> int:
         return exit_status(child.wait())
     finally:
         stop.set()
+        for s, handler in before.items():
+            signal.signal(s, handler)
