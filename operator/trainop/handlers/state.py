@@ -34,78 +34,11 @@ from typing import Any
 
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
+from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 
 Key = tuple[str, str]  # (namespace, name)
-
-_POD_META = (
-    "name",
-    "namespace",
-    "labels",
-    "annotations",
-    "deletionTimestamp",
-    "ownerReferences",
-    "uid",
-)
-_POD_STATUS = (
-    "phase",
-    "containerStatuses",
-    "conditions",
-    "reason",
-    "message",
-    "initContainerStatuses",
-)
-_POD_SPEC = (
-    "nodeName",
-    "containers",
-    "initContainers",
-    "overhead",
-    "affinity",
-    "schedulingGates",
-    "nodeSelector",
-    "resourceClaims",  # DRA mode: without it a running pod's GPUs would look free
-)
-
-
-def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a Pod the operator reads (GPU accounting, lifecycle), deep-copied."""
-    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
-    return copy.deepcopy(
-        {
-            "metadata": {k: meta.get(k) for k in _POD_META},
-            "spec": {k: spec.get(k) for k in _POD_SPEC if spec.get(k) is not None},
-            # reason/message/initContainerStatuses: failure classification (trainop.failures).
-            "status": {k: status.get(k) for k in _POD_STATUS if status.get(k) is not None},
-        }
-    )
-
-
-def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a Node placement reads: labels, taints, allocatable, conditions, images."""
-    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status", {})
-    return copy.deepcopy(
-        {
-            "metadata": {"name": meta.get("name"), "labels": dict(meta.get("labels") or {})},
-            "spec": {
-                "taints": spec.get("taints") or [],
-                "unschedulable": spec.get("unschedulable", False),
-            },
-            "status": {
-                k: status.get(k)
-                for k in ("allocatable", "capacity", "images")
-                if status.get(k) is not None
-            }
-            | {"conditions": [_no_heartbeat(cd) for cd in status.get("conditions") or []]},
-        }
-    )
-
-
-def _no_heartbeat(condition: Mapping[str, Any]) -> dict[str, Any]:
-    """A node condition without lastHeartbeatTime: a kubelet's periodic status update
-    changes only that, and must not count as a change of the node (a new cycle, every
-    memo of the fleet thrown away)."""
-    return {k: v for k, v in condition.items() if k != "lastHeartbeatTime"}
 
 
 def _rv(body: Mapping[str, Any] | None) -> int:
@@ -371,7 +304,7 @@ class ShellState:
         key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
         self._seen[("trainingjobs", key)] = self.clock()
         old = self.jobs.get(key)
-        self.jobs[key] = _slim_job(body)
+        self.jobs[key] = slim_job(body)
         self._changed_job(key)
         if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
             self.touch()
@@ -396,7 +329,7 @@ class ShellState:
 
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
-        self.written[key] = _slim_job(body)
+        self.written[key] = slim_job(body)
         self._changed_job(key)
 
     def job(self, key: Key) -> dict[str, Any] | None:
@@ -703,15 +636,6 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
     ),
     "fabricprofiles": _load_fabric,
 }
-
-
-def _slim_job(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a TrainingJob without managedFields (a large part of every body that
-    nothing in trainop reads; at thousands of jobs it is most of the cache)."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    out = {k: v for k, v in body.items() if k != "metadata"}
-    out["metadata"] = meta
-    return copy.deepcopy(out)
 
 
 def _meta_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
