@@ -122,3 +122,72 @@ def test_released_counts_only_nodes_the_snapshot_has() -> None:
         n["metadata"]["name"] = f"a-{i}"
     snapshot = snapshot_for(fleet[:1], [])  # a-1 is gone from the inventory
     assert released([r], snapshot) == {"a-0": 8}
+
+
+# --- lost work (issue 24): GPU-seconds since the last checkpoint are part of a victim's cost ---
+NOW = 10_000.0
+
+
+def _ckpt(
+    key: str, gpus: int, started: float, checkpointed: float | None = None, prio: int = 0
+) -> Running:
+    job = (
+        workload(key, "q", gpus)
+        .prio(prio)
+        .running_on(*[f"{key[2:]}-{i}" for i in range(max(1, gpus // 8))], started=started)
+        .set(checkpointed=checkpointed)
+        .build()
+    )
+    return Running(job, "h100", at=NOW)
+
+
+LOST_WORK = [
+    # (name, running, GPUs the head needs, victims)
+    (
+        "a-fresh-checkpoint-makes-the-older-job-cheaper",
+        [_ckpt("q/old", 8, started=0, checkpointed=9_900), _ckpt("q/young", 8, started=5_000)],
+        8,
+        ["q/old"],  # 100 s x 8 GPUs lost, not 5,000 s x 8
+    ),
+    (
+        "without-checkpoints-the-youngest-goes",
+        [_ckpt("q/old", 8, started=0), _ckpt("q/young", 8, started=5_000)],
+        8,
+        ["q/young"],
+    ),
+    (
+        "gpus-weigh-the-time",
+        [_ckpt("q/wide", 16, started=9_000), _ckpt("q/narrow", 8, started=7_000)],
+        8,
+        ["q/wide"],  # 1,000 s x 16 = 16,000 < 3,000 s x 8 = 24,000
+    ),
+    (
+        "priority-still-comes-first",
+        [_ckpt("q/low", 8, started=0, prio=0), _ckpt("q/mid", 8, started=9_999, prio=5)],
+        8,
+        ["q/low"],
+    ),
+    (
+        "a-checkpoint-before-the-start-counts-from-the-start",
+        [
+            _ckpt("q/a", 8, started=9_000, checkpointed=100),
+            _ckpt("q/b", 8, started=8_000, checkpointed=9_500),
+        ],
+        8,
+        ["q/b"],  # a lost 1,000 s (since its restart), b 500 s
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "running", "need", "want"), LOST_WORK, ids=[c[0] for c in LOST_WORK]
+)
+def test_victims_that_lose_less_work_go_first(
+    name: str, running: list[Running], need: int, want: list[str]
+) -> None:
+    q = queue("q").quota("h100", 16).preemption(withinQueue="LowerPriority").state()
+    head = workload("q/head", "q", need).prio(10).build()
+    plan = plan_preemption(
+        head, q, (H100,), (), _ledger([q], running), running, _fits_when_freed(need)
+    )
+    assert plan is not None and [r.key for r in plan.victims] == want

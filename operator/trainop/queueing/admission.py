@@ -157,7 +157,7 @@ class _Pass:
                 continue
             group = ANY_GROUP if q.unlimited else group_of(q, job.product)
             self.ledger.charge(q.name, group, job.gpus)
-            self.running[job.key] = Running(job, group)
+            self.running[job.key] = Running(job, group, at=self.now)
             self.decisions[job.key] = JobDecision(
                 job.key,
                 q.name,

@@ -116,6 +116,10 @@ def _blocked_by_queue(queue: QueueState | None, inputs: Inputs) -> tuple[str, st
     return None
 
 
+def _checkpoint_time(status: Mapping[str, Any]) -> str | None:
+    return ((status.get("progress") or {}).get("lastCheckpoint") or {}).get("time")
+
+
 def _ts(text: str | None) -> float | None:
     if not text:
         return None
@@ -228,6 +232,7 @@ def intake(
         product=product if held else None,
         nodes=held,
         started=_ts(status.get("startTime")) if held else None,
+        checkpointed=_ts(_checkpoint_time(status)) if held else None,
         expected_end=_expected_end(spec, status) if held else None,
         queued_since=_preempted_at(body),
         blocked_reason=blocked_reason,

@@ -273,6 +273,9 @@ class QueuedJob:
     product: str | None = None
     nodes: tuple[tuple[str, int], ...] = ()
     started: float | None = None
+    # When the job last reported a checkpoint (status.progress.lastCheckpoint; issue 24):
+    # with `started`, the work an eviction loses (queueing.ordering.lost_work).
+    checkpointed: float | None = None
     preemptions: int = 0
     queued_since: float | None = None
     blocked_reason: str | None = None

@@ -35,6 +35,8 @@ class Running:
     # Set on a shrink slice (queueing.elastic): `job` is then only the workers an elastic
     # job gives back, and it keeps running with `shrink_to` workers.
     shrink_to: int | None = None
+    # The pass's clock, for the work an eviction now would lose (`lost_work`).
+    at: float | None = None
 
     @property
     def key(self) -> str:
@@ -64,23 +66,33 @@ def queue_order(
     return (would_borrow, shares, -head.priority, head.created, queue)
 
 
-def victim_order(r: Running) -> tuple[int, float, float, int, str]:
-    """Lowest priority first, then the youngest (latest start) first; a job without a
+def lost_work(r: Running) -> float:
+    """GPU-seconds an eviction at the pass's time loses: the time since the job's last
+    reported checkpoint, or since its gang started without one, x its GPUs (issue 24)."""
+    since = max((t for t in (r.job.started, r.job.checkpointed) if t is not None), default=None)
+    if r.at is None or since is None:
+        return 0.0
+    return max(0.0, r.at - since) * r.job.gpus
+
+
+def victim_order(r: Running) -> tuple[int, float, float, float, int, str]:
+    """Lowest priority first, then the least work lost (GPU-seconds since the last
+    checkpoint, `lost_work`), then the youngest (latest start) first; a job without a
     start time is treated as just started. Start times have a resolution of one second
     (status.startTime), so two gangs admitted in the same second tie: the one created later,
     then the smaller one goes first. Otherwise a reclaim could take a gang that fits its
     queue's quota, and more GPUs than needed, in place of the one that borrows."""
     started = r.job.started if r.job.started is not None else math.inf
-    return (r.job.priority, -started, -r.job.created, r.job.gpus, r.job.key)
+    return (r.job.priority, lost_work(r), -started, -r.job.created, r.job.gpus, r.job.key)
 
 
 def same_group_first(
     group: str,
-) -> Callable[[Running], tuple[bool, int, float, float, int, str]]:
+) -> Callable[[Running], tuple[bool, int, float, float, float, int, str]]:
     """Victims charged to the wanted group free its quota and nodes; others only free a
     running slot (maxRunningJobs), so they come last."""
 
-    def key(r: Running) -> tuple[bool, int, float, float, int, str]:
+    def key(r: Running) -> tuple[bool, int, float, float, float, int, str]:
         return (r.group != group, *victim_order(r))
 
     return key
