@@ -377,10 +377,12 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
     wait as its status shows it, so nothing is written until the loop has spoken (None for
     a job that has no status yet: nothing to carry out before the first verdict)."""
     config = Runtime.config
-    if live or config.external_queue != "none" or config.gang_scheduling == "kubernetes":
-        return ADMIT_ALL  # Kueue, or kube-scheduler's PodGroups, hold the gang instead
     verdict = Runtime.state.decisions.get(key)
     meta = body.get("metadata") or {}
+    if live and verdict is not None and _resize(verdict.admission, verdict.uid, meta):
+        return verdict.admission  # an elastic gang grows or shrinks (queueing.elastic)
+    if live or config.external_queue != "none" or config.gang_scheduling == "kubernetes":
+        return ADMIT_ALL  # Kueue, or kube-scheduler's PodGroups, hold the gang instead
     if verdict is not None and verdict.uid == meta.get("uid"):
         if not verdict.admission.admitted or verdict.generation == meta.get("generation"):
             return verdict.admission
@@ -395,6 +397,11 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
         message=status.get("pendingMessage") or "waiting for the admission cycle",
         position=status.get("queuePosition"),
     )
+
+
+def _resize(admission: Admission, uid: str | None, meta: Mapping[str, Any]) -> bool:
+    """Whether a stored verdict resizes the running elastic gang of this job."""
+    return admission.admitted and admission.size is not None and uid == meta.get("uid")
 
 
 async def reconcile_job(key: Key) -> None:
@@ -445,7 +452,7 @@ async def reconcile_job(key: Key) -> None:
             )
             await _apply(key[0], key[1], body, acts)
             state.failures.pop(key, None)
-            if admission.admitted and admission.plan is not None:
+            if admission.admitted and (admission.plan is not None or admission.size is not None):
                 state.decisions.pop(key, None)  # carried out: the next gang decides anew
         except Exception as exc:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
