@@ -9,7 +9,9 @@ KWOK fake nodes; the real operator process with its own metrics):
          kopf's finalizer patches and Events are read from the apiserver's request counters),
          operator CPU seconds and peak RSS. Baseline: the same gangs as bare pods, created
          gated by the same client, each gang ungated as soon as its pods exist, and placed
-         by kube-scheduler. The ratio operator/baseline is reported.
+         by kube-scheduler. The ratio operator/baseline is reported. Further columns: the
+         same jobs with trainop behind the real Kueue (`externalQueue: kueue`, one Workload
+         per job; docs/kueue.md; `--skip-kueue` leaves it out) and as Kubeflow PyTorchJobs.
   deep   A fleet filled by running gangs, then M jobs queued behind it; the operator's CPU
          while nothing changes; then a quarter of the running gangs finish and the admission
          latency (capacity freed -> job Admitted, p50/p99) of the jobs that then fit.
@@ -549,6 +551,96 @@ def run_kubeflow(client: Client, kubeconfig: str, gangs: list[Gang], timeout: fl
     return result
 
 
+def _kueue_objects(ns: str, gpus: int) -> list[dict[str, Any]]:
+    """One flavor (the H100 nodes), one ClusterQueue holding every GPU of the fleet, one
+    LocalQueue `lq` in `ns`: Kueue's quota never holds a job the fleet could run."""
+    api = "kueue.x-k8s.io/v1beta2"
+    quota = [{"name": GPU, "nominalQuota": gpus}]
+    return [
+        {
+            "apiVersion": api,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "h100"},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": H100}},
+        },
+        {
+            "apiVersion": api,
+            "kind": "ClusterQueue",
+            "metadata": {"name": "bench"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {"coveredResources": [GPU], "flavors": [{"name": "h100", "resources": quota}]}
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": ns},
+            "spec": {"clusterQueue": "bench"},
+        },
+    ]
+
+
+def run_kueue(
+    client: Client, lc: Any, gangs: list[Gang], nodes: int, timeout: float
+) -> BurstResult:
+    """The same TrainingJobs with trainop behind the real Kueue: each job's Workload admitted
+    by Kueue's quota, then placed and wired by trainop (docs/kueue.md). Kueue runs against
+    the same API server (its CRDs and webhooks installed at this point)."""
+    from trainop.cluster.kueue import LocalKueue
+
+    ns = "bench-kueue"
+    client.ensure_namespace(ns)
+    work = Path(tempfile.mkdtemp(prefix="trainop-bench-kueue-"))
+    kubectl = str(lc.binaries(build=False)["kubectl"])
+    kueue = LocalKueue(kubectl, str(lc.kubeconfig), work)
+    kueue.start()
+    lc.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {"kind": "List", "apiVersion": "v1", "items": _kueue_objects(ns, nodes * 8)}
+        ),
+    )
+    config = work / "operator.yaml"
+    config.write_text("externalQueue: kueue\n")
+    log = RESULTS / "scale-operator-kueue.log"
+    proc, _metrics = start_operator(str(lc.kubeconfig), log, ["--config", str(config)])
+    try:
+        assert kueue.proc is not None
+        ours, theirs = ProcStat(proc.pid), ProcStat(kueue.proc.pid)
+        cpu0, kcpu0, start = ours.cpu_seconds(), theirs.cpu_seconds(), time.monotonic()
+        bodies = [training_job(g, ns) for g in gangs]
+        for body in bodies:
+            body["spec"]["queue"] = "lq"
+        client.create_jobs(bodies, ns)
+        done = wait_running(
+            client, ns, gangs, lambda p: p.metadata.labels["trainop.dev/job-name"], start, timeout
+        )
+        result = summarize(f"trainop behind Kueue {_kueue_version()}", gangs, done)
+        result.operator_cpu_seconds = round(ours.cpu_seconds() - cpu0, 1)
+        result.operator_peak_rss_mb = round(ours.peak_rss_mb(), 1)
+        result.detail = {
+            "kueue_cpu_seconds": round(theirs.cpu_seconds() - kcpu0, 1),
+            "kueue_peak_rss_mb": round(theirs.peak_rss_mb(), 1),
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        kueue.stop()
+    client.delete_namespace(ns)
+    return result
+
+
+def _kueue_version() -> str:
+    from trainop.cluster.binaries import KUEUE_VERSION
+
+    return KUEUE_VERSION
+
+
 # --- deep queue --------------------------------------------------------------------------------
 @dataclass
 class DeepResult:
@@ -1012,7 +1104,9 @@ def trace(limit: int, hours_per_second: float, timeout: float) -> dict[str, Any]
 
 
 # --- the run --------------------------------------------------------------------------------------
-def start_operator(kubeconfig: str, log: Path) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
+def start_operator(
+    kubeconfig: str, log: Path, extra: Iterable[str] = ()
+) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
     import urllib.request
 
     mport, hport = kubeflow_baseline.free_port(), kubeflow_baseline.free_port()
@@ -1026,6 +1120,7 @@ def start_operator(kubeconfig: str, log: Path) -> tuple[subprocess.Popen[bytes],
             str(mport),
             "--health-port",
             str(hport),
+            *extra,
         ],
         env=dict(os.environ, KUBECONFIG=kubeconfig),
         stdout=log.open("ab"),
@@ -1046,11 +1141,15 @@ def start_operator(kubeconfig: str, log: Path) -> tuple[subprocess.Popen[bytes],
     raise SystemExit(f"operator did not start; see {log}")
 
 
-def cluster_with(nodes: int, rack: int) -> Any:
+def cluster_with(nodes: int, rack: int, kueue: bool = False) -> Any:
+    """The bench cluster; with `kueue`, on the version-stamped API server Kueue needs (a
+    separate cluster name, so a plain one is never reused for it)."""
+    from trainop.cluster.kueue import cluster_bin_dir
     from trainop.cluster.local import LocalCluster
 
-    lc = LocalCluster(name="trainop-bench")
     with tempfile.TemporaryDirectory() as tmp:
+        bin_dir = str(cluster_bin_dir(Path(tmp))) if kueue else None
+        lc = LocalCluster(name="trainop-bench-kueue" if kueue else "trainop-bench", bin_dir=bin_dir)
         lc.up(str(fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     lc.kubectl("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
@@ -1086,8 +1185,9 @@ def burst(
     timeout: float,
     kubeflow: bool = True,
     kill_after: float | None = None,
+    kueue: bool = False,
 ) -> dict[str, Any]:
-    lc = cluster_with(nodes, rack)
+    lc = cluster_with(nodes, rack, kueue=kueue)
     client = Client(str(lc.kubeconfig))
     gangs = mixed_gangs(jobs)
     bare = run_bare(client, gangs, timeout)
@@ -1111,6 +1211,13 @@ def burst(
         "ratio_total": round(ratio, 2),
         **killed,
     }
+    if kueue:
+        try:
+            kq = run_kueue(client, lc, gangs, nodes, timeout)
+            out["kueue"] = asdict(kq)
+            out["ratio_kueue_total"] = round(kq.total_seconds / bare.total_seconds, 2)
+        except Exception as exc:  # no Go toolchain, a failed build: the result says so
+            out["kueue_error"] = f"{type(exc).__name__}: {exc}"
     if not kubeflow:
         return out
     try:
@@ -1203,10 +1310,12 @@ def _burst_lines(b: dict[str, Any]) -> list[str]:
     lines = [
         f"## Burst: {b['jobs']} TrainingJobs ({b['pods']} pods) on {b['nodes']} nodes",
         "",
-        "| Figure | trainop | bare pods + kube-scheduler | Kubeflow training-operator |",
-        "|---|---|---|---|",
+        "| Figure | trainop | bare pods + kube-scheduler | Kubeflow training-operator "
+        "| trainop behind Kueue |",
+        "|---|---|---|---|---|",
     ]
     kf = b.get("kubeflow") or {}
+    kq = b.get("kueue") or {}
     for label, k in (
         ("jobs all Running", "completed"),
         ("p50 s", "p50_seconds"),
@@ -1214,14 +1323,19 @@ def _burst_lines(b: dict[str, Any]) -> list[str]:
         ("total s", "total_seconds"),
         ("admissions/s", "admissions_per_second"),
     ):
-        lines.append(f"| {label} | {b['trainop'][k]} | {b['baseline'][k]} | {kf.get(k, '-')} |")
+        lines.append(
+            f"| {label} | {b['trainop'][k]} | {b['baseline'][k]} | {kf.get(k, '-')} "
+            f"| {kq.get(k, '-')} |"
+        )
     t = b["trainop"]
     lines += [
-        f"| API writes per job | {t['api_writes_per_job']} | - | - |",
+        f"| API writes per job | {t['api_writes_per_job']} | - | - | - |",
         f"| operator CPU s | {t['operator_cpu_seconds']} | - | "
-        f"{kf.get('operator_cpu_seconds', '-')} |",
+        f"{kf.get('operator_cpu_seconds', '-')} | {kq.get('operator_cpu_seconds', '-')} "
+        f"(Kueue {(kq.get('detail') or {}).get('kueue_cpu_seconds', '-')}) |",
         f"| operator peak RSS MB | {t['operator_peak_rss_mb']} | - | "
-        f"{kf.get('operator_peak_rss_mb', '-')} |",
+        f"{kf.get('operator_peak_rss_mb', '-')} | {kq.get('operator_peak_rss_mb', '-')} "
+        f"(Kueue {(kq.get('detail') or {}).get('kueue_peak_rss_mb', '-')}) |",
         "",
         f"Ratio of total time, trainop / bare pods: **{b['ratio_total']}** (target <= 1.5); "
         f"Kubeflow / bare pods: **{b.get('ratio_kubeflow_total', '-')}**. API writes per job "
@@ -1230,6 +1344,10 @@ def _burst_lines(b: dict[str, Any]) -> list[str]:
     ]
     if b.get("kubeflow_error"):
         lines += [f"Kubeflow baseline failed: {b['kubeflow_error']}", ""]
+    if kq:
+        lines += [f"trainop behind Kueue / bare pods: **{b.get('ratio_kueue_total', '-')}**.", ""]
+    if b.get("kueue_error"):
+        lines += [f"Kueue column failed: {b['kueue_error']}", ""]
     k = b.get("killed")
     if k:
         a = k["audit"]
@@ -1312,6 +1430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-trace", action="store_true")
     ap.add_argument("--skip-kubeflow", action="store_true", help="burst without that baseline")
     ap.add_argument(
+        "--skip-kueue", action="store_true", help="burst without the trainop-behind-Kueue column"
+    )
+    ap.add_argument(
         "--burst2-nodes", type=int, default=2000, help="a second burst on this many nodes (0: none)"
     )
     ap.add_argument(
@@ -1330,7 +1451,12 @@ def main(argv: list[str] | None = None) -> int:
         results.update(json.loads((RESULTS / "scale.json").read_text()))
     if not args.skip_burst:
         results["burst"] = burst(
-            args.nodes, args.jobs, args.rack_size, args.timeout, kubeflow=not args.skip_kubeflow
+            args.nodes,
+            args.jobs,
+            args.rack_size,
+            args.timeout,
+            kubeflow=not args.skip_kubeflow,
+            kueue=not args.skip_kueue,
         )
         write_report(results)
     if args.burst2_nodes:

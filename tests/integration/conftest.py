@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +114,9 @@ def _free_port() -> int:
 class OperatorProcess:
     """The real operator (`trainop run`) as a child process against the local cluster."""
 
-    def __init__(self, cluster: LocalCluster, log_dir: Path) -> None:
+    def __init__(self, cluster: LocalCluster, log_dir: Path, extra: Sequence[str] = ()) -> None:
         self.cluster = cluster
+        self.extra = list(extra)  # more `trainop run` flags (e.g. --config for Kueue mode)
         self.log_path = log_dir / "operator.log"
         self.metrics_port = _free_port()
         self.health_port = _free_port()
@@ -136,6 +137,7 @@ class OperatorProcess:
                 str(self.metrics_port),
                 "--health-port",
                 str(self.health_port),
+                *self.extra,
             ],
             env=env,
             stdout=log,

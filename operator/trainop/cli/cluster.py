@@ -57,7 +57,10 @@ def build(real_nodes: bool, kubernetes: str) -> None:
     controller manager included, for the `externalQueue: kueue` tests)."""
     try:
         found = binaries.resolve_binaries(components=binaries.control_plane(kubernetes))
-        found.update(binaries.resolve_binaries(components=(binaries.KUEUE,)))
+        kueue = (binaries.KUEUE, binaries.KUBE_APISERVER_STAMPED)
+        for component in kueue:  # listed under their cache entries' names
+            for name, path in binaries.resolve_binaries(components=(component,)).items():
+                found[f"{name} ({component.name})" if name in found else name] = path
         if real_nodes:
             found.update(binaries.resolve_binaries(components=binaries.NODE_COMPONENTS))
             found.update(binaries.resolve_binaries(components=binaries.REGISTRY_COMPONENTS))

@@ -163,6 +163,25 @@ REGISTRY_COMPONENTS = (CRANE, DISTRIBUTION)
 # Built by `trainop cluster build` (so `make build-binaries` and CI have it), but not needed
 # by `cluster up`: only the Kueue integration tests and `bench/scale.py --kueue` start it.
 KUEUE = Component("kueue", KUEUE_VERSION, ("kueue",))
+# Kueue refuses to start against an API server whose /version is not a semantic version
+# (setupServerVersionFetcher in cmd/kueue/main.go, v0.17.0); a plain `go build` of
+# kube-apiserver reports v0.0.0-master+$Format:%H$. The Kueue tests' cluster runs this one:
+# the same release with the version stamps Kubernetes' own build sets (hack/lib/version.sh,
+# https://github.com/kubernetes/kubernetes/blob/master/hack/lib/version.sh), a relink of
+# the kubernetes component's cached compile.
+KUBE_APISERVER_STAMPED = Component(
+    "kube-apiserver-stamped", KUBERNETES_VERSION, ("kube-apiserver",)
+)
+
+
+def stamped_ldflags(version: str) -> str:
+    """-ldflags that stamp a Kubernetes build with its release (what /version reports)."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    stamps = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return " ".join([LDFLAGS, *(f"-X {pkg}.{k}={v}" for k, v in stamps.items())])
+
+
 # Never taken from PATH: a distro kubectl or containerd 1.x of another version would not
 # do, and `registry` is too generic a name to trust.
 VERSION_PINNED = ("kubernetes", "kubelet", "containerd", "coredns-k8s", "distribution", "kueue")
@@ -242,7 +261,13 @@ def _tools_go(packages: Iterable[str]) -> str:
 
 
 def _build_module(
-    workdir: Path, go_mod: str, packages: list[str], out: Path, progress: Progress, label: str
+    workdir: Path,
+    go_mod: str,
+    packages: list[str],
+    out: Path,
+    progress: Progress,
+    label: str,
+    ldflags: str = LDFLAGS,
 ) -> None:
     """Build main packages of a module that refuses `go install` (it has replace directives)
     by requiring it from a throwaway module of our own."""
@@ -256,7 +281,7 @@ def _build_module(
     target = str(out) + "/" if len(packages) > 1 else str(out)
     if len(packages) > 1:
         out.mkdir(parents=True, exist_ok=True)
-    cmd = ["go", "build", "-trimpath", f"-ldflags={LDFLAGS}", "-o", target, *packages]
+    cmd = ["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", target, *packages]
     _run(cmd, workdir, env, progress, f"{label} (compile)")
 
 
@@ -305,8 +330,9 @@ def _build_own_main(component: Component, work: Path, dest: Path, progress: Prog
 def _build(component: Component, dest: Path, progress: Progress) -> None:
     with tempfile.TemporaryDirectory(prefix=f"trainop-build-{component.name}-") as tmp:
         work = Path(tmp)
-        if component.name in ("kubernetes", "kubelet"):
+        if component.name in ("kubernetes", "kubelet", KUBE_APISERVER_STAMPED.name):
             pkgs = [f"k8s.io/kubernetes/cmd/{c}" for c in component.binaries]
+            stamped = component.name == KUBE_APISERVER_STAMPED.name
             # One `go build` for all commands so they share one compile of the common code.
             _build_module(
                 work,
@@ -315,6 +341,7 @@ def _build(component: Component, dest: Path, progress: Progress) -> None:
                 dest / pkgs[0].rsplit("/", 1)[1] if len(pkgs) == 1 else dest,
                 progress,
                 f"{component.name} {component.version}",
+                stamped_ldflags(component.version) if stamped else LDFLAGS,
             )
         elif component.name == "etcd":
             go_mod = (

@@ -58,11 +58,35 @@ def free_port() -> int:
 
 
 def ensure_kueue(build: bool = True) -> Path:
-    """The `kueue` binary from the build cache, built once (`go install`) when absent."""
+    """The `kueue` binary from the build cache, built once (`go install`) when absent, and
+    the version-stamped kube-apiserver Kueue needs (`binaries.KUBE_APISERVER_STAMPED`)."""
     try:
-        return binaries.resolve_binaries(build=build, components=(binaries.KUEUE,))["kueue"]
+        found = binaries.resolve_binaries(
+            build=build, components=(binaries.KUEUE, binaries.KUBE_APISERVER_STAMPED)
+        )
     except binaries.BuildError as exc:
         raise KueueError(str(exc)) from exc
+    return found["kueue"]
+
+
+def cluster_bin_dir(workdir: Path) -> Path:
+    """A `--bin-dir` for a local cluster Kueue can run against: links to the cached control
+    plane, with the version-stamped kube-apiserver in place of the plain one."""
+    ensure_kueue()
+    try:
+        found = binaries.resolve_binaries(build=True)
+        found.update(
+            binaries.resolve_binaries(build=False, components=(binaries.KUBE_APISERVER_STAMPED,))
+        )
+    except binaries.BuildError as exc:
+        raise KueueError(str(exc)) from exc
+    out = workdir / "bin"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, path in found.items():
+        link = out / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(path)
+    return out
 
 
 def module_dir() -> Path:
@@ -219,12 +243,21 @@ class LocalKueue:
             raise KueueError(f"kubectl {' '.join(args[:3])} failed: {proc.stderr.strip()}")
         return proc.stdout
 
+    def wait_established(self, crd: str, timeout: float = 60.0) -> None:
+        """Polled, not `kubectl wait`: that fails at once while a new CRD's
+        status.conditions is still null."""
+        path = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        while self._kubectl("get", "crd", crd, "-o", f"jsonpath={path}").strip() != "True":
+            if time.monotonic() > deadline:
+                raise KueueError(f"CRD {crd} not Established after {timeout:.0f} s")
+            time.sleep(0.3)
+
     def install_crds(self, source: Path) -> None:
         bases = source / "config" / "components" / "crd" / "bases"
         self._kubectl("apply", "--server-side", "--force-conflicts", "-f", str(bases))
         for crd in sorted(bases.glob("*.yaml")):
-            name = yaml.safe_load(crd.read_text())["metadata"]["name"]
-            self._kubectl("wait", "--for", "condition=Established", f"crd/{name}", "--timeout=60s")
+            self.wait_established(yaml.safe_load(crd.read_text())["metadata"]["name"])
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         self._kubectl("apply", "-f", "-", input=json.dumps(ns))
 

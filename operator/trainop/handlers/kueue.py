@@ -145,7 +145,7 @@ async def gate(
         missing = sorted({f for names in flavors.values() for f in names} - set(Cache.node_labels))
         if missing:
             message = f"admitted by Kueue; ResourceFlavor(s) {', '.join(missing)} not seen yet"
-        return Admission(False, rules.WAITING, message), body
+            return Admission(False, rules.WAITING, message), body
         return ADMIT_ALL, rules.flavored(body, flavors, Cache.node_labels)
     if live:  # finished Workload under a live gang (never expected): leave the gang be
         return ADMIT_ALL, body

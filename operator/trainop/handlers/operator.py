@@ -532,6 +532,10 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     # Admission is news before the gang's pods exist (Kueue's Workload is admitted before
     # its pods, too): a large gang takes seconds to create. Should a create fail, the job
     # goes back in line (_report_failure), where it waits with the reason.
+    pods = [o for o in acts.create if o["kind"] == "Pod"]
+    if pods:  # taken before the first await: no other job's reconcile plans on these GPUs
+        held = {p["metadata"]["name"]: state.holding(p) for p in pods}
+        state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
     admitted_first = _admits(body, acts)
     if admitted_first:
         await _write_status(ns, name, body, acts.status)
@@ -563,16 +567,13 @@ def _admits(body: Mapping[str, Any], acts: Actions) -> bool:
 
 async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
     """The SSH Secret, then Service/ConfigMap/claim templates, then the gang's pods in
-    parallel; the gang's GPUs count as taken from here until the watch shows the pods."""
+    parallel; the gang's GPUs count as taken (from `_apply`) until the watch shows them."""
     api, state = Runtime.api, Runtime.state
     assert api is not None
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
         await _write(f"Secret {acts.needs_ssh_secret}", api.create, secret)
-    pods = [o for o in acts.create if o["kind"] == "Pod"]
-    if pods:
-        held = {p["metadata"]["name"]: state.holding(p) for p in pods}
-        state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
+    pods = [o for o in acts.create if o["kind"] == "Pod"]  # assumed by _apply already
     for obj in (o for o in acts.create if o["kind"] != "Pod"):
         await _write(f"{obj['kind']} {obj['metadata']['name']}", api.create, obj)
     results = await asyncio.gather(

@@ -209,6 +209,9 @@ class AdmissionLoop:
         started = time.monotonic()
         now = datetime.now(UTC).replace(tzinfo=None)
         state, config = self.state, self.config()
+        if config.external_queue == "kueue":
+            state.expire(started)  # assumptions of gangs created on Kueue's word
+            return None  # Kueue admits and preempts (handlers.kueue): no verdicts of trainop's
         if config.gang_scheduling == "kubernetes":
             # kube-scheduler holds, places and preempts gangs (trainop.workload): no
             # verdicts, assumptions or evictions of trainop's own.
