@@ -713,6 +713,32 @@ def free_fleet(snapshot: Snapshot) -> Snapshot:
     )
 
 
+def size_estimates(
+    body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
+) -> list[dict[str, Any]]:
+    """An elastic job's 1 GiB allreduce estimate (placement.cost) at each size from
+    minReplicas to maxReplicas, for the gang of that size alone on the fleet (its best
+    placement): what growing or shrinking does to a step's communication. Once per job
+    version; [] for a fixed-size job."""
+
+    def compute() -> list[dict[str, Any]]:
+        spec = _parsed(body, config)
+        el = spec.elastic
+        if el is None:
+            return []
+        empty, name, out = free_fleet(snapshot), job_ref(body).name, []
+        for n in range(el.min_replicas, el.max_replicas + 1):
+            found = choose_gang(with_workers(spec, n), name, empty, config).result
+            if isinstance(found, Placement) and found.allreduce is not None:
+                est = found.allreduce
+                row = {"replicas": n, "seconds": round(est.seconds, 6), "bottleneck": est.level}
+                out.append(row)
+        return out
+
+    found: list[dict[str, Any]] = version_memo(config, "elastic-sizes", body, compute)
+    return found
+
+
 def ideal_placement(
     body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig
 ) -> Placement | None:

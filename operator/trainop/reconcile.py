@@ -45,6 +45,7 @@ from trainop.planner import (
     Plan,
     Wait,
     plan_job,
+    size_estimates,
     success_roles,
     with_workers,
 )
@@ -409,6 +410,10 @@ def _size_elastic(ctx: _Ctx) -> None:
         "minReplicas": el.min_replicas,
         "maxReplicas": el.max_replicas,
     }
+    if "allreduceBySize" not in old:
+        ctx.st.new["elastic"]["allreduceBySize"] = size_estimates(
+            ctx.body, ctx.snapshot(), ctx.config
+        )
     before = old.get("targetReplicas")
     if before and before != size and live:
         verb = "Grown" if size > before else "Shrunk"

@@ -274,6 +274,14 @@ def test_a_running_elastic_job_without_a_verdict_keeps_its_size() -> None:
     assert acts.events == []
 
 
+def test_status_estimates_the_allreduce_at_each_size() -> None:
+    body, pods = _running_elastic(2)
+    sizes = _reconcile(body, pods, ADMIT_ALL).status["elastic"]["allreduceBySize"]
+    assert [s["replicas"] for s in sizes] == [1, 2, 3]
+    assert sizes[0]["bottleneck"] == "node" and sizes[1]["bottleneck"] == "rack"
+    assert sizes[0]["seconds"] < sizes[1]["seconds"]
+
+
 # --- simulate: the same admission over time ---------------------------------------------
 def _elastic_tj(key: str, submit: float, duration: float, lo: int, hi: int) -> dict[str, Any]:
     body = tj(key, submit, duration, 8 * hi)

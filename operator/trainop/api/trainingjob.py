@@ -464,7 +464,8 @@ class ElasticStatus(ApiModel):
     allreduce_by_size: list[SizeEstimate] = Field(
         default_factory=list,
         description="The fabric cost model's 1 GiB allreduce estimate at each size from "
-        "minReplicas to maxReplicas, on the nodes the gang holds plus the nearest free ones.",
+        "minReplicas to maxReplicas, for the gang of that size alone on the fleet (its best "
+        "placement; see docs/placement-cost.md).",
     )
 
 
