@@ -7,7 +7,7 @@ decides when to write; `kube.client.KubeApi` owns the API client used here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
@@ -47,13 +47,3 @@ def patch_workload_status(
             return False
         raise
 
-
-def get_cluster_object(api: KubeApi, plural: str, name: str) -> dict[str, Any] | None:
-    """A cluster-scoped Kueue object (ResourceFlavor, WorkloadPriorityClass); None if absent."""
-    try:
-        out = api.custom.get_cluster_custom_object(GROUP, VERSION, plural, name)
-        return cast(dict[str, Any], out)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
