@@ -46,4 +46,3 @@ def patch_workload_status(
         if exc.status in (404, 409):
             return False
         raise
-
