@@ -79,6 +79,55 @@ def _tree_lines(
     return out
 
 
+def _progress_lines(status: Mapping[str, Any]) -> list[str]:
+    """What the trainer reported (status.progress, docs/progress.md) and a pending
+    checkpoint request."""
+    p = status.get("progress")
+    if not p:
+        return []
+    rate = [
+        f"{p[k]:g} {unit}"
+        for k, unit in (
+            ("stepSeconds", "s/step"),
+            ("samplesPerSecond", "samples/s"),
+            ("tokensPerSecond", "tokens/s"),
+        )
+        if p.get(k) is not None
+    ]
+    lines = [
+        f"Progress:   {p.get('summary') or p.get('step')}"
+        + (f"  {', '.join(rate)}" if rate else "")
+        + (f"  ETA {p['eta']}" if p.get("eta") else "")
+        + (f"  phase {p['phase']}" if p.get("phase") else "")
+        + f"  (reported {p.get('lastReportTime') or '-'})"
+    ]
+    ckpt = p.get("lastCheckpoint")
+    if ckpt:
+        lines.append(
+            f"  last checkpoint: step {ckpt.get('step')} at {ckpt.get('path')} ({ckpt.get('time')})"
+        )
+    expected = p.get("baselineStepSeconds") or p.get("bestStepSeconds")
+    if expected:
+        lines.append(
+            f"  step time reference: {expected:g} s (earlier placement or best after warm-up)"
+        )
+    slow = sorted(p.get("ranks") or [], key=lambda r: -float(r.get("stepSeconds") or 0))[:2]
+    if len(slow) > 1:
+        lines.append(
+            "  slowest ranks: "
+            + ", ".join(
+                f"rank {r['rank']} on {r.get('node') or '-'} {r['stepSeconds']:g} s" for r in slow
+            )
+        )
+    request = status.get("checkpointRequest")
+    if request:
+        lines.append(
+            f"  checkpoint asked for at {request.get('requestedAt')} (step {request.get('step')}), "
+            f"eviction at {request.get('deadline')} at the latest"
+        )
+    return lines
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -123,6 +172,7 @@ def explain_text(
                 f"  est. allreduce of 1 GiB: {seconds * 1000:.1f} ms "
                 f"(widest link: {placement.get('allreduceBottleneck') or '-'})"
             )
+    lines += _progress_lines(status)
     if status.get("restartCount"):
         lines.append(
             f"Restarts:   {status['restartCount']} (backoffLimit "

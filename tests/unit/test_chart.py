@@ -290,6 +290,10 @@ def test_dashboard_variables_resolve(exposed: set[str]) -> None:
         "trainop_job_time_to_running_seconds_bucket",
         "trainop_preemptions_total",
         "trainop_leader",
+        "trainop_job_step_seconds",
+        "trainop_job_throughput",
+        "trainop_job_degraded",
+        "trainop_checkpoint_wait_seconds_bucket",
     ],
 )
 def test_dashboard_shows(metric: str) -> None:

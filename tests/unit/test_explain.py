@@ -160,3 +160,44 @@ def test_a_waiting_job_of_a_queue_tree_shows_each_level_and_the_one_that_holds_i
         ["3", "chat", "h100", "8", "20", "12", "-"],
     ]
     assert next(ln for ln in lines if "<- holds the job" in ln).split()[1] == "nlp"
+
+
+def test_progress_checkpoint_and_slowest_ranks_are_shown() -> None:
+    job = {
+        **JOB,
+        "status": {
+            "phase": "Running",
+            "progress": {
+                "step": 1200,
+                "totalSteps": 5000,
+                "summary": "1200/5000 (24%)",
+                "stepSeconds": 0.5,
+                "samplesPerSecond": 512.0,
+                "eta": "2026-11-25T13:00:00Z",
+                "phase": "train",
+                "lastReportTime": "2026-11-25T12:28:20Z",
+                "lastCheckpoint": {
+                    "path": "/ckpt/1000.pt",
+                    "step": 1000,
+                    "time": "2026-11-25T12:26:40Z",
+                },
+                "bestStepSeconds": 0.45,
+                "ranks": [
+                    {"rank": 0, "node": "n1", "stepSeconds": 0.5},
+                    {"rank": 3, "node": "n2", "stepSeconds": 1.4},
+                ],
+            },
+            "checkpointRequest": {
+                "requestedAt": "2026-11-25T12:28:21Z",
+                "deadline": "2026-11-25T12:30:21Z",
+                "step": 1200,
+            },
+        },
+    }
+    text = explain_text(job, [], [], QUEUE)
+    assert (
+        "Progress:   1200/5000 (24%)  0.5 s/step, 512 samples/s  ETA 2026-11-25T13:00:00Z" in text
+    )
+    assert "last checkpoint: step 1000 at /ckpt/1000.pt" in text
+    assert "slowest ranks: rank 3 on n2 1.4 s, rank 0 on n1 0.5 s" in text
+    assert "checkpoint asked for at 2026-11-25T12:28:21Z (step 1200)" in text
