@@ -210,6 +210,11 @@ def webhook_configurations(
     return out
 
 
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 def _ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
@@ -246,9 +251,8 @@ class LocalKueue:
     def wait_established(self, crd: str, timeout: float = 60.0) -> None:
         """Polled, not `kubectl wait`: that fails at once while a new CRD's
         status.conditions is still null."""
-        path = '{.status.conditions[?(@.type=="Established")].status}'
         deadline = time.monotonic() + timeout
-        while self._kubectl("get", "crd", crd, "-o", f"jsonpath={path}").strip() != "True":
+        while not _established(json.loads(self._kubectl("get", "crd", crd, "-o", "json"))):
             if time.monotonic() > deadline:
                 raise KueueError(f"CRD {crd} not Established after {timeout:.0f} s")
             time.sleep(0.3)

@@ -160,8 +160,9 @@ async def _create(
     pod_priorities: Mapping[str, int],
     live: Sequence[Mapping[str, Any]],
 ) -> tuple[Admission, Mapping[str, Any]]:
-    """No Workload yet: create it (a gang already running stays; Kueue then counts it
-    once it admits the Workload)."""
+    """No Workload yet: create it. A gang already running (the mode was switched under
+    it) runs on until Kueue's first verdict: if that is not an admission, it is torn down
+    and waits for Kueue like any other job."""
     try:
         spec = checked_spec(body, config)
     except InvalidJob:
