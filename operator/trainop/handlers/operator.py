@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -140,6 +140,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # SIGTERM must end the process well inside Kubernetes' default 30 s grace period, even
     # mid-burst: workers get 1 s to drain, and kopf kills itself if it is not out in 8 s.
     settings.queueing.exit_timeout = 1.0
+    # kopf runs a worker task per object that saw an event, and an idle worker keeps that
+    # object's last whole body until it exits (kopf's default: 5 s). In a burst of
+    # thousands of pods that was thousands of whole bodies alive at once; the state keeps
+    # slim copies (handlers.slim), so the workers may go after half a second.
+    settings.queueing.idle_timeout = 0.5
     settings.process.ultimate_exiting_timeout = 8.0
     Runtime.api = KubeApi()
     asyncio.get_running_loop().set_default_executor(
@@ -217,25 +222,37 @@ KINDS = (
 )
 
 
-async def _list_everything(namespaces: list[str]) -> None:
-    """Fill the state from a full listing of every watched kind, then let the loop decide."""
+async def _listed(kind: str, namespaces: list[str]) -> AsyncIterator[list[dict[str, Any]]]:
+    """A full listing of `kind`, page by page (KubeApi.list_pages, each page fetched in a
+    worker thread): only one page of whole bodies is alive at a time."""
     api = Runtime.api
     assert api is not None
+    pages = api.list_pages(kind, namespaces)
+    while (page := await asyncio.to_thread(next, pages, None)) is not None:
+        yield page
+
+
+async def _list_everything(namespaces: list[str]) -> None:
+    """Fill the state from a full listing of every watched kind, then let the loop decide."""
     for kind in KINDS:
-        items = await asyncio.to_thread(api.list_all, kind, namespaces)
-        Runtime.state.load(kind, items)
-        log.info("start-up listing: %d %s", len(items), kind)
+        count = 0
+        async for page in _listed(kind, namespaces):
+            Runtime.state.load(kind, page)
+            count += len(page)
+        log.info("start-up listing: %d %s", count, kind)
     Runtime.state.mark_synced()
 
 
 async def _prune(namespaces: list[str]) -> None:
     """Drop pods, nodes and jobs a fresh listing no longer holds (see ShellState.prune)."""
-    api = Runtime.api
-    assert api is not None
     for kind in ("pods", "nodes", "trainingjobs"):
         since = Runtime.state.clock()
-        items = await asyncio.to_thread(api.list_all, kind, namespaces)
-        gone = Runtime.state.prune(kind, items, since)
+        names: list[dict[str, Any]] = []  # the listed objects' names, not their bodies
+        async for page in _listed(kind, namespaces):
+            for body in page:
+                meta = body.get("metadata") or {}
+                names.append({"metadata": {k: meta.get(k) for k in ("name", "namespace")}})
+        gone = Runtime.state.prune(kind, names, since)
         if gone:
             log.info("%d %s were gone without a watch event; forgotten", gone, kind)
 

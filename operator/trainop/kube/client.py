@@ -8,7 +8,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -302,32 +302,37 @@ class KubeApi:
             if exc.status not in (403, 404):  # namespace going away: nothing to tell
                 raise
 
-    def list_all(self, kind: str, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """Every object of a watched kind as plain dicts (raw JSON, paged by 500): the start-up
-        listing that fills the shell state before the first decision. `namespaces` limits
-        the namespaced kinds, as `trainop run --namespace` limits the watches."""
+    def list_pages(
+        self, kind: str, namespaces: Sequence[str] = ()
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Every object of a watched kind, one page of 500 at a time, as plain dicts parsed
+        from the raw JSON (no models): the start-up listing feeds the shell state page by
+        page, so at most one page of whole bodies is alive at once (8,000 whole Pods are
+        hundreds of MB as Python objects; the state keeps slim copies). `namespaces`
+        limits the namespaced kinds, as `trainop run --namespace` limits the watches."""
         if kind in _CUSTOM:
-            return self._list_custom(*_CUSTOM[kind], namespaces)
+            plural, namespaced = _CUSTOM[kind]
+            if namespaced and namespaces:
+                for ns in namespaces:
+                    yield from _pages(
+                        self.custom.list_namespaced_custom_object, c.GROUP, c.VERSION, ns, plural
+                    )
+            else:
+                yield from _pages(
+                    self.custom.list_cluster_custom_object, c.GROUP, c.VERSION, plural
+                )
+            return
         calls = _core_lists(self.core, client.SchedulingV1Api(self.core.api_client))
-        cluster, namespaced = calls[kind]
-        if namespaced is None or not namespaces:
-            return _paged(cluster)
-        return [item for ns in namespaces for item in _paged(namespaced, ns)]
-
-    def _list_custom(
-        self, plural: str, namespaced: bool, namespaces: Sequence[str]
-    ) -> list[dict[str, Any]]:
-        group, version = c.GROUP, c.VERSION
-        if not namespaced or not namespaces:
-            found = cast(
-                dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural)
-            )
-            return list(found.get("items") or [])
-        out: list[dict[str, Any]] = []
+        cluster, namespaced_call = calls[kind]
+        if namespaced_call is None or not namespaces:
+            yield from _pages(cluster)
+            return
         for ns in namespaces:
-            page = self.custom.list_namespaced_custom_object(group, version, ns, plural)
-            out.extend(cast(dict[str, Any], page).get("items") or [])
-        return out
+            yield from _pages(namespaced_call, ns)
+
+    def list_all(self, kind: str, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every object of a watched kind at once (see list_pages)."""
+        return [item for page in self.list_pages(kind, namespaces) for item in page]
 
     def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """Used only on deletion (cold path): the pods labelled for this job."""
@@ -353,19 +358,20 @@ def _core_lists(core: client.CoreV1Api, scheduling: client.SchedulingV1Api) -> d
     }
 
 
-def _paged(call: Any, *args: Any) -> list[dict[str, Any]]:
-    """All items of a list call, 500 at a time, parsed from the raw JSON (no models)."""
-    out: list[dict[str, Any]] = []
+def _pages(call: Any, *args: Any) -> Iterator[list[dict[str, Any]]]:
+    """The items of a list call, 500 a page (limit/continue, https://kubernetes.io/docs/
+    reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks), each page
+    parsed from the raw JSON (no models)."""
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False}
         if token:
             kwargs["_continue"] = token
         page = json.loads(call(*args, **kwargs).data)
-        out.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
+        yield page.get("items") or []
         if not token:
-            return out
+            return
 
 
 def _discard(response: Any) -> None:
