@@ -21,6 +21,7 @@ from tests.unit.queueing_harness import decide
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import admission_pass
 from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors, usage_summary
+from trainop.queueing.inadmissible import quota_shortfall
 from trainop.queueing.ledger import Ledger
 from trainop.queueing.model import (
     POLICY,
@@ -308,3 +309,26 @@ def test_status_shows_path_level_and_the_subtree_usage() -> None:
         "team": ("org/team", 2, "h100 8/8"),
     }
     assert got["org"]["admittedJobs"] == 1
+
+
+# --- a need no level could ever give: Inadmissible, naming the level that caps it -----------
+
+SHORTFALL_CASES = [
+    pytest.param("detect", 12, None, id="within-every-ceiling"),
+    pytest.param("chat", 20, None, id="borrows-within-nlp-limit"),
+    pytest.param(
+        "chat", 21, "more than 20 for group h100: nlp (quota 16, borrowingLimit 4)", id="nlp-caps"
+    ),
+    pytest.param("segment", 33, "more than 32 for group h100: org (quota 32)", id="root-caps"),
+    pytest.param(
+        "detect", 13, "more than 12 for group h100: detect (quota 8, borrowingLimit 4)", id="leaf"
+    ),
+]
+
+
+@pytest.mark.parametrize(("leaf", "gpus", "want"), SHORTFALL_CASES)
+def test_quota_shortfall_takes_the_lowest_ceiling_on_the_path(
+    leaf: str, gpus: int, want: str | None
+) -> None:
+    got = quota_shortfall(gpus, (), TREE[leaf], list(TREE.values()))
+    assert (got is None) if want is None else (want in (got or "")), got

@@ -158,7 +158,8 @@ def _tree_ceiling(
         else:
             here = nominal + limit if limit is not None else 1 << 62
         if here < cap:
-            cap, where = here, f"{q.name} (quota {nominal}, borrowingLimit {limit})"
+            lim = "" if limit is None else f", borrowingLimit {limit}"
+            cap, where = here, f"{q.name} (quota {nominal}{lim})"
         q = by_name.get(q.parent) if q.parent else None
     return cap, where
 
