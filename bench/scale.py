@@ -12,6 +12,9 @@ KWOK fake nodes; the real operator process with its own metrics):
          by kube-scheduler. The ratio operator/baseline is reported. Further columns: the
          same jobs with trainop behind the real Kueue (`externalQueue: kueue`, one Workload
          per job; docs/kueue.md; `--skip-kueue` leaves it out) and as Kubeflow PyTorchJobs.
+  gang modes  The same burst on a Kubernetes 1.37 cluster under `gangScheduling: trainop` and
+         `gangScheduling: kubernetes` (Workload/PodGroup, kube-scheduler places the gang),
+         with placement quality (bench/gang_modes.py; `--skip-gang-modes` leaves it out).
   deep   A fleet filled by running gangs, then M jobs queued behind it; the operator's CPU
          while nothing changes; then a quarter of the running gangs finish and the admission
          latency (capacity freed -> job Admitted, p50/p99) of the jobs that then fit.
@@ -39,9 +42,10 @@ from typing import Any
 import yaml
 
 try:  # `python bench/scale.py` puts bench/ on the path; the tests import bench.scale
+    import gang_modes
     import kubeflow_baseline
 except ImportError:
-    from bench import kubeflow_baseline
+    from bench import gang_modes, kubeflow_baseline
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -1296,6 +1300,7 @@ def write_report(results: dict[str, Any]) -> None:
     d = results.get("deep")
     if d:
         lines += _deep_lines(d)
+    lines += gang_modes.report_lines(results.get("gang_modes"))
     lines += [
         "## Kubeflow baseline",
         "",
@@ -1430,6 +1435,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-trace", action="store_true")
     ap.add_argument("--skip-kubeflow", action="store_true", help="burst without that baseline")
     ap.add_argument(
+        "--skip-gang-modes",
+        action="store_true",
+        help="no burst on Kubernetes 1.37 with gangScheduling trainop vs kubernetes",
+    )
+    ap.add_argument(
         "--skip-kueue", action="store_true", help="burst without the trainop-behind-Kueue column"
     )
     ap.add_argument(
@@ -1458,6 +1468,14 @@ def main(argv: list[str] | None = None) -> int:
             kubeflow=not args.skip_kubeflow,
             kueue=not args.skip_kueue,
         )
+        write_report(results)
+    if not args.skip_gang_modes:
+        try:
+            results["gang_modes"] = gang_modes.run(
+                args.nodes, args.jobs, args.rack_size, args.timeout
+            )
+        except Exception as exc:  # 1.37 not built or not buildable here: the result says so
+            results["gang_modes"] = {"error": f"{type(exc).__name__}: {exc}"}
         write_report(results)
     if args.burst2_nodes:
         results["burst_2000"] = burst(

@@ -170,6 +170,11 @@ def placement_header(plan: Plan) -> str:
     """The comment lines opening a job's YAML: where the gang landed, and what is not shown."""
     st = plan.placement_status()
     lines = [f"# placement: {st['level']} {st['domain']} nodes={','.join(st['nodes'])}"]
+    if plan.gang:  # gangScheduling kubernetes
+        lines.append(
+            "# gangScheduling kubernetes: kube-scheduler places the PodGroup; the nodes above "
+            "are trainop's estimate on an idle fleet (NCCL tuned for them)"
+        )
     if plan.compatibility:
         lines.append(f"# image: {plan.image.image} ({plan.compatibility})")
     if plan.image_tried and "overriding the NGC choice" in plan.image_tried[0]:
