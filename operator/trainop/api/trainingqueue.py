@@ -209,7 +209,11 @@ class ProductUsage(ApiModel):
     name: str = Field(description="Product group name.")
     quota: int = Field(default=0, description="Nominal GPUs.")
     used: int = Field(default=0, description="GPUs of admitted jobs.")
-    borrowed: int = Field(default=0, description="GPUs used beyond the quota, lent by the cohort.")
+    borrowed: int = Field(
+        default=0,
+        description="GPUs used beyond the quota, lent by the cohort "
+        "or, in a queue tree, by the parent (a parent's: its subtree's).",
+    )
     pending: int = Field(default=0, description="GPUs asked by pending jobs.")
 
 
