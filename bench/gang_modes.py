@@ -46,9 +46,23 @@ def _cluster(nodes: int, rack: int) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         lc.up(str(s.fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(s.REPO / "crds"))
-    lc.kubectl("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    established(lc)
     s._wait_untainted(lc, 900)
     return lc
+
+
+def established(lc: Any, timeout: float = 60) -> None:
+    """Wait for the TrainingJob CRD. Polled: `kubectl wait` fails at once ("accessor error")
+    while a new CRD's status.conditions is still null."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = lc.kubectl(
+            "wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev", check=False
+        )
+        if proc.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"CRD trainingjobs.trainop.dev not Established in {timeout:.0f} s")
 
 
 def placement_quality(pods: list[Any], rack_of: dict[str, str]) -> dict[str, Any]:
