@@ -956,8 +956,10 @@ def _hand_over_gang(ctx: _Ctx, result: Plan) -> Actions:
     """Create the gang with a PodGroup of its own for kube-scheduler to hold, place and
     bind whole; status names the group (which nodes is kube-scheduler's choice)."""
     st, group = ctx.st, gang_name(ctx.name, ctx.now.timestamp())
-    ctx.acts.create.extend(name_gang(result.objects, group))
+    # The progress channel and TRAINOP_RESUME_FROM as in the default mode (_wired).
+    ctx.acts.create.extend(_wired(ctx, o) for o in name_gang(result.objects, group))
     ctx.acts.needs_ssh_secret = result.secret_name
+    st.new.pop("checkpointRequest", None)
     st.new["image"] = result.image.image
     if result.compatibility:
         st.new["compatibility"] = result.compatibility
