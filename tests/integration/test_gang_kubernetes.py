@@ -222,7 +222,8 @@ def test_render_output_is_accepted_by_the_1_37_api_server(
 ) -> None:
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps(kube137.get("nodes")))
-    body = _gang(ns, "rendered", 2)
+    # A Required rack: KEP-5732's schedulingConstraints must be accepted too.
+    body = job("rendered", namespace=ns, workers=2).placement("rack", "Required", [H100]).build()
     (tmp_path / "job.json").write_text(json.dumps(body))
     cfg = tmp_path / "config.yaml"
     cfg.write_text("gangScheduling: kubernetes\n")
@@ -234,6 +235,7 @@ def test_render_output_is_accepted_by_the_1_37_api_server(
         check=True,
     ).stdout
     assert "kind: PodGroup" in out and "schedulingGroup" in out
+    assert "key: trainop.dev/rack" in out
     proc = kube137.run("apply", "--dry-run=server", "-f", "-", input=out, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "podgroup.scheduling.k8s.io/rendered" in proc.stdout
