@@ -9,6 +9,7 @@ Skipped only when Kueue's binary cannot be built here (`make build-binaries` bui
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -226,3 +227,26 @@ def test_a_job_kueue_can_never_admit_shows_kueues_reason(kube: Kube, ns: str) ->
     queued = next(c for c in status["conditions"] if c["type"] == "Queued")
     assert kueue_says in queued["message"]
     assert not _running(kube, ns, "huge")
+
+
+def _suspend(kube: Kube, ns: str, name: str, flag: bool) -> None:
+    patch = json.dumps({"spec": {"runPolicy": {"suspend": flag}}})
+    kube.run("patch", "trainingjob", name, "-n", ns, "--type=merge", "-p", patch)
+
+
+def test_suspending_a_job_gives_kueue_its_quota_back(kube: Kube, ns: str) -> None:
+    kube.apply(_job(ns, "first", 2))  # 16 GPUs: the whole ClusterQueue
+    kube.wait_for("first running", lambda: len(_running(kube, ns, "first")) == 2, timeout=60)
+    kube.apply(_job(ns, "second", 1))
+    _suspend(kube, ns, "first", True)
+    kube.wait_for("second running", lambda: len(_running(kube, ns, "second")) == 1, timeout=60)
+    assert _status(kube, ns, "first")["phase"] == "Suspended"
+    assert (_workload(kube, ns, "first") or {})["spec"]["active"] is False
+    _suspend(kube, ns, "first", False)  # resumed: queued in Kueue again, behind `second`
+    kube.wait_for(
+        "first waiting for Kueue",
+        lambda: _status(kube, ns, "first").get("pendingReason") == "WaitingForKueue",
+        timeout=30,
+    )
+    kube.run("delete", "trainingjob", "second", "-n", ns)
+    kube.wait_for("first running again", lambda: len(_running(kube, ns, "first")) == 2, timeout=60)

@@ -207,10 +207,15 @@ def test_requeued_status_clears_the_reservation(reason: str, requeued: str) -> N
 )
 def test_finished_status(phase: str, reason: str) -> None:
     wl = kueue_workload(WL).quota_reserved("cq", worker="h100").admitted().build()
-    conds = {
-        c["type"]: c for c in rules.finished_status(wl, phase, "", NOW)["status"]["conditions"]
-    }
+    body = job().phase(phase, "Done", "Worker pods completed").build()
+    conds = {c["type"]: c for c in rules.finished_status(wl, body, NOW)["status"]["conditions"]}
     assert (conds["Finished"]["status"], conds["Finished"]["reason"]) == ("True", reason)
+    assert conds["Finished"]["message"] == "Worker pods completed"  # the job's own words
+
+
+def test_active_follows_suspend() -> None:
+    assert rules.active(WL)  # Kueue's default
+    assert not rules.active({**WL, "spec": {**WL["spec"], "active": False}})
 
 
 def test_owned_by_only_this_job_instance() -> None:

@@ -102,44 +102,35 @@ async def gate(
     """The job's verdict from its Workload, and the body to plan with (each role narrowed to
     its admitted flavors' nodes). None: handled here (an evicted gang torn down, a finished
     job's Workload released), nothing for the reconcile to do now."""
-    meta = body.get("metadata") or {}
-    uid = meta.get("uid")
     wl = Cache.workloads.get(key)
-    if wl is not None and not rules.owned_by(wl, uid):
+    if wl is not None and not rules.owned_by(wl, (body.get("metadata") or {}).get("uid")):
         wl = None  # a predecessor's, garbage collected with it
     found = rules.verdict(wl)
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    status = body.get("status") or {}
-    if status.get("phase") in TERMINAL_PHASES:
+    if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
         if wl is not None and found.state != "finished":
-            phase = str(status["phase"])
-            message = next(
-                (
-                    str(cd.get("message") or "")
-                    for cd in status.get("conditions") or []
-                    if cd.get("type") == phase
-                ),
-                "",
-            )
-            patch = rules.finished_status(wl, phase, message, _now())
-            await asyncio.to_thread(
-                writes.patch_workload_status, api, key[0], wl["metadata"]["name"], patch
-            )
+            await _patch_status(api, wl, rules.finished_status(wl, body, _now()))
         return ADMIT_ALL, body
+    if wl is not None and await _suspension(api, key, body, pods, wl, found):
+        return ADMIT_ALL, body  # the reconcile deletes the gang and says Suspended
     if live and found.state in ("evicted", "pending"):
         await _tear_down(api, state, key, body, live, found)
         return None
     if found.state == "evicted" and wl is not None:
         if pods or found.reserved:  # Kueue's order: the gang gone, then the reservation
             if not pods:
-                patch = rules.requeued_status(wl, _now())
-                await asyncio.to_thread(
-                    writes.patch_workload_status, api, key[0], wl["metadata"]["name"], patch
-                )
+                await _patch_status(api, wl, rules.requeued_status(wl, _now()))
             return None
         found = rules.waiting(wl)  # requeued: waits like any pending Workload
     if found.state == "absent":
         return await _create(api, body, config, state.priorities, live)
+    return _carry_out(found, body, live)
+
+
+def _carry_out(
+    found: rules.KueueVerdict, body: Mapping[str, Any], live: Sequence[Mapping[str, Any]]
+) -> tuple[Admission, Mapping[str, Any]]:
+    """Admitted: the body narrowed to the flavors' nodes; pending: Kueue's reason."""
     if found.state == "admitted":
         flavors = found.flavors or {}
         missing = sorted({f for names in flavors.values() for f in names} - set(Cache.node_labels))
@@ -151,6 +142,33 @@ async def gate(
         return ADMIT_ALL, body
     reason = INADMISSIBLE if found.reason == "Inadmissible" else rules.WAITING
     return Admission(False, reason, f"Kueue: {found.message}"), body
+
+
+async def _patch_status(api: KubeApi, wl: Mapping[str, Any], patch: Mapping[str, Any]) -> None:
+    meta = wl["metadata"]
+    await asyncio.to_thread(
+        writes.patch_workload_status, api, meta["namespace"], meta["name"], patch
+    )
+
+
+async def _suspension(
+    api: KubeApi,
+    key: Key,
+    body: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    wl: Mapping[str, Any],
+    found: rules.KueueVerdict,
+) -> bool:
+    """A suspended job's Workload is inactive, so Kueue takes its quota back; resumed, it
+    is active again and Kueue queues it anew. Whether the job is suspended."""
+    suspended = bool(((body.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
+    name = wl["metadata"]["name"]
+    if rules.active(wl) == suspended:
+        patch = {"spec": {"active": not suspended}}
+        await asyncio.to_thread(writes.patch_workload, api, key[0], name, patch)
+    if suspended and not pods and found.state == "evicted" and found.reserved:
+        await _patch_status(api, wl, rules.requeued_status(wl, _now()))  # Requeued False
+    return suspended
 
 
 async def _create(

@@ -14,7 +14,8 @@ built-in jobs (pkg/controller/jobframework/reconciler.go, v0.17.0):
 - on eviction (condition Evicted True) stops the whole gang, then clears the reservation:
   status.admission removed, QuotaReserved False (reason Pending), Admitted False and, for a
   preemption, Requeued True, so Kueue queues the Workload again;
-- marks the Workload Finished when the job ends, which releases its quota.
+- marks the Workload Finished when the job ends, which releases its quota;
+- keeps spec.active false while the job is suspended (spec.runPolicy.suspend).
 """
 
 from __future__ import annotations
@@ -179,6 +180,13 @@ def build_workload(
     }
 
 
+def active(wl: Mapping[str, Any]) -> bool:
+    """spec.active (default true): false takes the Workload's quota back (Kueue evicts it
+    with reason Deactivated); trainop sets it false while the job is suspended, as Kueue's
+    job reconciler does for its own jobs."""
+    return (wl.get("spec") or {}).get("active") is not False
+
+
 def owned_by(wl: Mapping[str, Any], uid: str | None) -> bool:
     refs = (wl.get("metadata") or {}).get("ownerReferences") or []
     return any(r.get("uid") == uid and r.get("kind") == "TrainingJob" for r in refs)
@@ -260,12 +268,20 @@ def requeued_status(wl: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
-def finished_status(
-    wl: Mapping[str, Any], phase: str, message: str, now: datetime
-) -> dict[str, Any]:
+def finished_status(wl: Mapping[str, Any], job: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Merge patch marking the Workload Finished (reason Succeeded or Failed, Kueue's
-    job-framework reasons): Kueue then releases its quota."""
+    job-framework reasons, with the job's own message): Kueue then releases its quota."""
     meta = wl.get("metadata") or {}
+    status = job.get("status") or {}
+    phase = str(status.get("phase") or "")
+    message = next(
+        (
+            str(c.get("message") or "")
+            for c in status.get("conditions") or []
+            if c.get("type") == phase
+        ),
+        "",
+    )
     conds = [dict(x) for x in (wl.get("status") or {}).get("conditions") or []]
     reason = "Succeeded" if phase == "Succeeded" else "Failed"
     _set(
