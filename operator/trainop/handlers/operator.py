@@ -647,6 +647,21 @@ async def _write_status(
     old_phase, new_phase = old.get("phase"), status.get("phase")
     if new_phase and new_phase != old_phase:
         metrics.observe_transition(body, old_phase, new_phase, status)
+    _progress_metrics(ns, name, status)
+
+
+def _progress_metrics(ns: str, name: str, status: Mapping[str, Any]) -> None:
+    """trainop_job_degraded from the Degraded condition; a finished job's series go."""
+    if status.get("phase") in ("Succeeded", "Failed"):
+        if Runtime.progress is not None:
+            Runtime.progress.forget((ns, name))
+        return
+    if status.get("progress") is not None:
+        degraded = any(
+            cd.get("type") == progress.DEGRADED and cd.get("status") == "True"
+            for cd in status.get("conditions") or []
+        )
+        metrics.JOB_DEGRADED.labels(ns, name).set(1 if degraded else 0)
 
 
 async def _event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:

@@ -13,7 +13,8 @@ The rules, in words:
       tree to whoever borrowed, never below a level's guarantee;
   (b) Priority (preemption.withinQueue LowerPriority): admitted gangs of the same queue
       with lower priority.
-Candidates go lowest priority first, then youngest (latest start) first; victims are
+Candidates go lowest priority first, then least work lost (GPU-seconds since the last
+checkpoint or start, `ordering.lost_work`), then youngest first; victims are
 added one by one until quota and placement fit; then each victim but the last is tried
 back (most valuable first) and kept running when the head still fits. If no set of
 victims makes the head fit, nobody is preempted. Jobs admitted in this pass are never
