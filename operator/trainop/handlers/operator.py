@@ -335,6 +335,7 @@ async def on_job_event(
 ) -> None:
     if event.get("type") == "DELETED":
         Runtime.state.remove_job(namespace, name)
+        _forget_job((namespace, name))
         if Runtime.progress is not None:
             Runtime.progress.forget((namespace, name))
         if Runtime.state.leader:
@@ -342,6 +343,17 @@ async def on_job_event(
         return
     Runtime.state.upsert_job(body)
     await reconcile_job((namespace, name))
+
+
+def _forget_job(key: Key) -> None:
+    """A deleted job's lock (unless a reconcile holds it) and pending requeue go with it:
+    both maps were keyed by every job the process ever saw, and only ever grew."""
+    lock = Runtime.locks.get(key)
+    if lock is not None and not lock.locked():
+        del Runtime.locks[key]
+    handle = Runtime.requeued.pop(key, None)
+    if handle is not None:
+        handle.cancel()
 
 
 async def _resync_forever() -> None:
