@@ -1,7 +1,8 @@
 """gangScheduling: kubernetes against a real Kubernetes 1.37 control plane (GenericWorkload,
 scheduling.k8s.io/v1beta1, KEP-5732 on): kube-scheduler's GangScheduling plugin holds, places
 and binds each gang trainop hands over as a PodGroup. All or nothing; two gangs that together
-do not fit never deadlock; a lost node restarts the gang; render's objects are accepted.
+do not fit never deadlock; a lost node restarts the gang; a Required rack holds a gang until
+one rack has room (KEP-5732); render's objects are accepted.
 
 One 1.37 cluster for the module (four 8-GPU KWOK nodes in two racks) and one operator run
 with the mode on. Kubernetes v1.37.2 is not part of `make build-binaries` (its cold compile
@@ -239,3 +240,24 @@ def test_render_output_is_accepted_by_the_1_37_api_server(
     proc = kube137.run("apply", "--dry-run=server", "-f", "-", input=out, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "podgroup.scheduling.k8s.io/rendered" in proc.stdout
+
+
+def _blocker(ns: str, name: str, node: str) -> dict[str, Any]:
+    """A one-pod job that takes the whole of `node` (its template's nodeSelector)."""
+    b = job(name, namespace=ns, workers=1).placement("none", "Preferred", [H100])
+    return b.template(nodeSelector={"kubernetes.io/hostname": node}).build()
+
+
+def test_a_required_rack_gang_waits_for_one_rack_with_room(kube137: Kube, ns: str) -> None:
+    # One node taken in each rack: two nodes are free, but never two in one rack.
+    kube137.apply([_blocker(ns, "block-a", "h100-a-01"), _blocker(ns, "block-b", "h100-b-01")])
+    for name in ("block-a", "block-b"):
+        kube137.wait_for(f"{name} running", lambda n=name: _running(kube137, ns, n, 1), 60)
+    rack = job("racked", namespace=ns, workers=2).placement("rack", "Required", [H100]).build()
+    kube137.apply(rack)
+    kube137.wait_for("racked's pods created", lambda: len(_pods(kube137, ns, "racked")) == 2)
+    _hold_for(kube137, 8, lambda: _bound(kube137, ns, "racked") == 0, "racked split racks")
+    kube137.run("delete", "trainingjob", "block-b", "-n", ns)
+    kube137.wait_for("racked running", lambda: _running(kube137, ns, "racked", 2), timeout=90)
+    nodes = {p["spec"]["nodeName"] for p in _pods(kube137, ns, "racked")}
+    assert nodes == {"h100-b-01", "h100-b-02"}, nodes
