@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,37 +43,60 @@ def _job_key(body: Mapping[str, Any]) -> Key | None:
     return (str(meta.get("namespace")), str(job)) if job else None
 
 
-def register(reconcile: Callable[[Key], Awaitable[None]], known: Callable[[Key], bool]) -> None:
-    """Watch Workloads (a change reconciles its job), ResourceFlavors and
-    WorkloadPriorityClasses with kopf's default registry, before the operator starts."""
+def _remember_workload(event: Mapping[str, Any], body: Mapping[str, Any]) -> Key | None:
+    """Cache a Workload trainop made under its job's key; the key (None: not trainop's)."""
+    key = _job_key(body)
+    if key is None:
+        return None
+    if event.get("type") == "DELETED":
+        old = Cache.workloads.get(key)
+        if old is not None and old["metadata"]["name"] == body["metadata"]["name"]:
+            del Cache.workloads[key]
+    else:
+        Cache.workloads[key] = dict(body)
+    return key
 
-    @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads")
-    async def on_workload(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        key = _job_key(body)
-        if key is None:
-            return
-        if event.get("type") == "DELETED":
-            old = Cache.workloads.get(key)
-            if old is not None and old["metadata"]["name"] == body["metadata"]["name"]:
-                del Cache.workloads[key]
-        else:
-            Cache.workloads[key] = dict(body)
-        if known(key):
-            await reconcile(key)
 
-    @kopf.on.event(f"resourceflavors.{rules.GROUP}", id="kueue_flavors")
-    async def on_flavor(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
-        if event.get("type") == "DELETED":
-            Cache.node_labels.pop(name, None)
-        else:
-            Cache.node_labels[name] = dict((body.get("spec") or {}).get("nodeLabels") or {})
-
-    @kopf.on.event(f"workloadpriorityclasses.{rules.GROUP}", id="kueue_priorities")
-    async def on_priority(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
-        if event.get("type") == "DELETED":
+def _remember(plural: str, event: Mapping[str, Any], body: Mapping[str, Any]) -> None:
+    """Cache a ResourceFlavor's nodeLabels or a WorkloadPriorityClass's value."""
+    name, deleted = str(body["metadata"]["name"]), event.get("type") == "DELETED"
+    if plural == "workloadpriorityclasses":
+        if deleted:
             Cache.priorities.pop(name, None)
         else:
             Cache.priorities[name] = int(body.get("value") or 0)
+    elif deleted:
+        Cache.node_labels.pop(name, None)
+    else:
+        Cache.node_labels[name] = dict((body.get("spec") or {}).get("nodeLabels") or {})
+
+
+def register(
+    reconcile: Callable[[Key], Awaitable[None]], jobs: Callable[[], Collection[Key]]
+) -> None:
+    """Watch Workloads (a change reconciles its job), ResourceFlavors and
+    WorkloadPriorityClasses (a change reconciles the jobs Kueue has not admitted: one may
+    have waited for it) with kopf's default registry, before the operator starts."""
+
+    @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads")
+    async def on_workload(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        key = _remember_workload(event, body)
+        if key is not None and key in jobs():
+            await reconcile(key)
+
+    def on_flavor_or_priority(plural: str) -> Any:
+        async def handler(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+            _remember(plural, event, body)
+            for key in list(jobs()):
+                if rules.verdict(Cache.workloads.get(key)).state in ("absent", "pending"):
+                    await reconcile(key)
+
+        return handler
+
+    for plural in ("resourceflavors", "workloadpriorityclasses"):
+        kopf.on.event(f"{plural}.{rules.GROUP}", id=f"kueue_{plural}")(
+            on_flavor_or_priority(plural)
+        )
 
 
 def _now() -> datetime:
@@ -185,6 +208,10 @@ async def _create(
         spec = checked_spec(body, config)
     except InvalidJob:
         return ADMIT_ALL, body  # the reconcile says what is wrong with it
+    wpc = ((body.get("metadata") or {}).get("labels") or {}).get(rules.PRIORITY_LABEL)
+    if wpc and wpc not in Cache.priorities:  # its value is the Workload's priority
+        message = f"no WorkloadPriorityClass {wpc} (label {rules.PRIORITY_LABEL}) yet"
+        return Admission(False, rules.WAITING, message), body
     wl = rules.build_workload(body, spec, _priority(body, pod_priorities))
     await asyncio.to_thread(writes.create_workload, api, wl)
     if live:
