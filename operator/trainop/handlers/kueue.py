@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES
 from trainop.handlers.state import Key, ShellState
 from trainop.kube import kueue as writes
@@ -72,11 +73,29 @@ def _remember(plural: str, event: Mapping[str, Any], body: Mapping[str, Any]) ->
 
 
 def register(
-    reconcile: Callable[[Key], Awaitable[None]], jobs: Callable[[], Collection[Key]]
+    reconcile: Callable[[Key], Awaitable[None]],
+    jobs: Callable[[], Collection[Key]],
+    leader: Callable[[], bool],
+    api: Callable[[], KubeApi | None],
 ) -> None:
     """Watch Workloads (a change reconciles its job), ResourceFlavors and
     WorkloadPriorityClasses (a change reconciles the jobs Kueue has not admitted: one may
-    have waited for it) with kopf's default registry, before the operator starts."""
+    have waited for it) with kopf's default registry, before the operator starts; a
+    deleted TrainingJob's Workload is deleted at once (its ownerReference would have the
+    garbage collector do it later), so Kueue gets the quota back without delay."""
+
+    @kopf.on.event(f"trainingjobs.{c.GROUP}", id="kueue_job_deleted")
+    async def on_job(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
+    ) -> None:
+        wl = Cache.workloads.get((namespace, name))
+        client = api()
+        if event.get("type") != "DELETED" or wl is None or client is None or not leader():
+            return
+        if rules.owned_by(wl, body["metadata"].get("uid")):
+            await asyncio.to_thread(
+                writes.delete_workload, client, namespace, wl["metadata"]["name"]
+            )
 
     @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads")
     async def on_workload(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:

@@ -31,6 +31,16 @@ def create_workload(api: KubeApi, obj: Mapping[str, Any]) -> bool:
         raise
 
 
+def delete_workload(api: KubeApi, namespace: str, name: str) -> None:
+    """Delete (a Workload already gone is no error)."""
+    metrics.API_WRITES.labels("delete", "Workload").inc()
+    try:
+        api.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 def patch_workload(api: KubeApi, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
     """Merge-patch the Workload itself (spec.active); a Workload gone is no error."""
     metrics.API_WRITES.labels("patch", "Workload").inc()
