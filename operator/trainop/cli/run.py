@@ -187,13 +187,7 @@ def run(
     if handlers.Runtime.config.external_queue == "kueue":
         from trainop.handlers import kueue  # watches Kueue's kinds: their CRDs must exist
 
-        runtime = handlers.Runtime
-        kueue.register(
-            handlers.reconcile_job,
-            lambda: runtime.state.jobs.keys(),
-            lambda: runtime.state.leader,
-            lambda: runtime.api,
-        )
+        kueue.register_operator()
     # Only the replica that acts (leads, and has listed the cluster) exports the gauges
     # that describe the cluster, so sum(trainop_jobs) over all replicas counts each job once.
     metrics.LEADERSHIP.probe = lambda: (

@@ -118,6 +118,19 @@ def register(
         )
 
 
+def register_operator() -> None:
+    """`register`, wired to the operator process (`trainop run` in Kueue mode)."""
+    from trainop.handlers import operator  # it imports this module: bound at call time
+
+    rt = operator.Runtime
+    register(
+        operator.reconcile_job,
+        lambda: rt.state.jobs.keys(),
+        lambda: rt.state.leader,
+        lambda: rt.api,
+    )
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
