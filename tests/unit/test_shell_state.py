@@ -112,6 +112,22 @@ def test_finished_and_deleted_pods_free_their_gpus() -> None:
     assert state.snapshot().node("h100-a-01").gpus_free == 8
 
 
+def test_a_job_that_finishes_wakes_the_loop() -> None:
+    """Its quota is free for the jobs that wait (seen on the real tier: a preempted job
+    waited for ever behind a preemptor that had succeeded)."""
+    state = fleet_state()
+    body = job("done").meta(resourceVersion="1").phase("Running").build()
+    state.upsert_job(body)
+    before = state.revision
+    state.upsert_job(copy.deepcopy(body))  # a status write that changes nothing
+    assert state.revision == before
+    finished = job("done").meta(resourceVersion="2").phase("Succeeded").build()
+    state.record_written((finished["metadata"]["namespace"], "done"), finished)
+    assert state.revision == before + 1
+    state.upsert_job(finished)  # the watch catches up: already known
+    assert state.revision == before + 1
+
+
 def test_wakes_only_once_synced() -> None:
     woken: list[int] = []
     state = ShellState(on_change=lambda: woken.append(1))

@@ -8,7 +8,6 @@ Wires the process together before kopf starts: the kube client's rate limit
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -168,10 +167,11 @@ def run(
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     set_rate_limit(kube_api_qps, kube_api_burst)
-    handlers.Runtime.config = dataclasses.replace(
-        _operator_config(config_path, restart_backoff_seconds, restart_backoff_max_seconds),
-        progress_url=progress_url,
-        progress_interval=progress_interval,
+    handlers.Runtime.config = _operator_config(
+        config_path,
+        restart_backoff_seconds,
+        restart_backoff_max_seconds,
+        (progress_url, progress_interval),
     )
     handlers.Runtime.progress_port = progress_port
     if leader_elect:
@@ -233,8 +233,10 @@ def _operator_config(
     config_path: str | None,
     restart_backoff_seconds: float | None,
     restart_backoff_max_seconds: float | None,
+    progress: tuple[str, float] = ("", 10.0),
 ) -> OperatorConfig:
-    """The config file's settings (or the defaults), with the restart-backoff flags on top."""
+    """The config file's settings (or the defaults), with the restart-backoff and progress
+    flags on top."""
     import dataclasses
 
     from trainop.planner import OperatorConfig
@@ -253,6 +255,8 @@ def _operator_config(
         restart_backoff_max_seconds=config.restart_backoff_max_seconds
         if restart_backoff_max_seconds is None
         else restart_backoff_max_seconds,
+        progress_url=progress[0],
+        progress_interval=progress[1],
     )
 
 

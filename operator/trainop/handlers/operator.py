@@ -665,8 +665,7 @@ async def _write_status(
 def _progress_metrics(ns: str, name: str, status: Mapping[str, Any]) -> None:
     """trainop_job_degraded from the Degraded condition; a finished job's series go."""
     if status.get("phase") in ("Succeeded", "Failed"):
-        if Runtime.progress is not None:
-            Runtime.progress.forget((ns, name))
+        metrics.forget_job(ns, name)  # the endpoint may still write its last report
         return
     if status.get("progress") is not None:
         degraded = any(

@@ -57,6 +57,7 @@ class ProgressService:
         self.latest: dict[Key, dict[str, Any]] = {}
         self.written_at: dict[Key, float] = {}
         self.checkpointed: dict[Key, asyncio.Event] = {}
+        self.trailing: dict[Key, asyncio.Future[None]] = {}
 
     async def identify(self, request: web.Request) -> progress.ReportingPod:
         header = request.headers.get("Authorization", "")
@@ -118,20 +119,46 @@ class ProgressService:
         metrics.observe_progress(key[0], key[1], new)
         clock = self.clock()
         if not progress.should_write(stored, new, self.written_at.get(key), clock, self.interval):
+            if key not in self.trailing:  # the newest report is written when the interval ends
+                self.trailing[key] = asyncio.ensure_future(self._trailing(key, clock))
             return "throttled"
+        await self._write(key, stored, new)
+        return "accepted"
+
+    async def _write(
+        self, key: Key, stored: Mapping[str, Any] | None, new: Mapping[str, Any]
+    ) -> None:
         api = self.api()
         assert api is not None
-        self.written_at[key] = clock
+        self.written_at[key] = self.clock()
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], {"progress": new}, {}
+            api.patch_job_status, key[0], key[1], {"progress": dict(new)}, {}
         )
         if written is not None:
             self.state().record_written(key, written)
         if (stored or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
             self.checkpointed.setdefault(key, asyncio.Event()).set()
-        return "accepted"
+
+    async def _trailing(self, key: Key, clock: float) -> None:
+        """Write a throttled job's newest progress once its interval is over (so the last
+        report before a trainer exits is not lost)."""
+        try:
+            due = (self.written_at.get(key) or clock) + self.interval - self.clock()
+            await asyncio.sleep(max(0.0, due))
+            job = self.state().job(key)
+            new = self.latest.get(key)
+            stored = ((job or {}).get("status") or {}).get("progress")
+            if job is not None and new is not None and new != stored:
+                await self._write(key, stored, new)
+        except Exception as err:  # the API server away: the next report tries again
+            log.warning("progress write for %s/%s failed: %s", key[0], key[1], err)
+        finally:
+            self.trailing.pop(key, None)
 
     def forget(self, key: Key) -> None:
+        task = self.trailing.pop(key, None)
+        if task is not None:
+            task.cancel()
         self.latest.pop(key, None)
         self.written_at.pop(key, None)
         self.checkpointed.pop(key, None)

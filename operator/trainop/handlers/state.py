@@ -303,10 +303,15 @@ class ShellState:
     def upsert_job(self, body: Mapping[str, Any]) -> None:
         key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
         self._seen[("trainingjobs", key)] = self.clock()
-        old = self.jobs.get(key)
+        old, newest = self.jobs.get(key), self.job(key)
         self.jobs[key] = slim_job(body)
         self._changed_job(key)
-        if old is None or old.get("spec") != body.get("spec") or _meta_changed(old, body):
+        if (
+            old is None
+            or old.get("spec") != body.get("spec")
+            or _meta_changed(old, body)
+            or _finished(newest or old, body)
+        ):
             self.touch()
 
     def remove_job(self, namespace: str, name: str) -> None:
@@ -329,8 +334,11 @@ class ShellState:
 
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
+        before = self.job(key)
         self.written[key] = slim_job(body)
         self._changed_job(key)
+        if before is not None and _finished(before, body):
+            self.touch()
 
     def job(self, key: Key) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
@@ -636,6 +644,16 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
     ),
     "fabricprofiles": _load_fabric,
 }
+
+
+def _finished(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The job just left the line for good (Succeeded or Failed): the quota it was charged
+    is free for the jobs that wait, so the admission loop must look again. (A gang whose
+    pods all completed a moment before this status is written looks pending to a cycle
+    in between, which admits it again; nothing else would wake the loop afterwards.)"""
+    was = (old.get("status") or {}).get("phase")
+    now = (new.get("status") or {}).get("phase")
+    return now in ("Succeeded", "Failed") and was != now
 
 
 def _meta_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
