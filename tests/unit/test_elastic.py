@@ -11,16 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from bench.placement.__main__ import main as bench_main
+from click.testing import CliRunner
 
-from tests.builders import NOW, ago, fleet_snapshot, job, pod, queue, workload
+from tests.builders import H100, NOW, ago, fleet_snapshot, job, pod, queue, workload
+from tests.unit.manifest_helpers import FLEET_NODES
 from tests.unit.queueing_harness import decide
 from tests.unit.test_queueing_simulate import h100_nodes, tj, tq
 from trainop import frameworks
 from trainop.api.trainingjob import TrainingJobSpec, elastic_problem
+from trainop.cli.main import cli
 from trainop.frameworks.base import Member, WiringInput, member_host
 from trainop.planner import InvalidJob, OperatorConfig, Plan, plan_growth, plan_job
 from trainop.queueing import simulate
+from trainop.queueing.cluster import admission_pass
 from trainop.queueing.model import Action, QueuedJob
 from trainop.reconcile import ADMIT_ALL, Actions, Admission, reconcile
 
@@ -331,3 +336,25 @@ def test_bench_placement_elastic_runs_write_the_table(tmp_path: Path) -> None:
     assert bench_main(["--smoke", "--elastic-only", "--out", str(tmp_path)], log=lines.append) == 0
     table = (tmp_path / "placement-elastic.md").read_text()
     assert "| 90% | fixed |" in table and "| 90% | elastic |" in table
+
+
+# --- larger than the fleet at max, not at min ----------------------------------------------
+def _too_big_at_max() -> dict[str, Any]:
+    """1..40 workers of 8 H100 GPUs: the fleet's 16 H100 nodes hold 16 of them."""
+    return job("big").workers(40, 8).elastic(1, 40).placement("rack", "Preferred", [H100]).build()
+
+
+def test_render_shows_the_largest_size_that_fits(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(_too_big_at_max()))
+    out = CliRunner().invoke(cli, ["render", str(path), "--nodes", str(FLEET_NODES)])
+    assert out.exit_code == 0, out.output
+    pods = [d for d in yaml.safe_load_all(out.output) if d and d.get("kind") == "Pod"]
+    assert len(pods) == 16
+
+
+def test_an_elastic_job_too_big_at_max_is_admitted_not_inadmissible() -> None:
+    body = _too_big_at_max()
+    result = admission_pass(NOW, [body], {}, [], {}, {}, fleet_snapshot(), OperatorConfig())
+    d = result.decisions[f"{body['metadata']['namespace']}/big"]
+    assert (d.action, d.size) == (Action.ADMIT, 16), d.message

@@ -35,6 +35,7 @@ from trainop.cli.inputs import (
 from trainop.config import ConfigError, load_operator_config
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, parse_spec, plan_job
+from trainop.queueing.cluster import least_gpus
 from trainop.queueing.inadmissible import fleet_shortfall
 from trainop.validation import check_queue_label
 from trainop.yamlio import dump_yaml_all
@@ -133,7 +134,7 @@ def _plan(
 ) -> Rendered:
     try:
         check_queue_label(parse_spec(body), config)  # as the operator's checked_spec does
-        result = plan_job(body, snapshot, config, gated=True)
+        result = _largest_size(body, snapshot, config, plan_job(body, snapshot, config, gated=True))
     except InvalidJob as exc:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {exc.field}: {exc.detail}"])
     except Exception as exc:  # a planner bug: one clear line, never a traceback
@@ -154,6 +155,21 @@ def _plan(
     return Rendered(who, EXIT_PLACED, plan=result)
 
 
+def _largest_size(
+    body: Mapping[str, Any], snapshot: Snapshot, config: OperatorConfig, result: Plan | Wait
+) -> Plan | Wait:
+    """An elastic job runs at the largest size in range that fits (queueing.elastic):
+    when maxReplicas does not, render that size, as the operator admits it."""
+    el = parse_spec(body).elastic
+    if el is None or not isinstance(result, Wait):
+        return result
+    for size in range(el.max_replicas - 1, el.min_replicas - 1, -1):
+        sized = plan_job(body, snapshot, config, gated=True, workers=size)
+        if isinstance(sized, Plan):
+            return sized
+    return result
+
+
 def _never_fits(body: Mapping[str, Any], snapshot: Snapshot) -> str | None:
     """The operator's Inadmissible rule for the fleet (queueing.inadmissible)."""
     spec = parse_spec(body)
@@ -162,7 +178,7 @@ def _never_fits(body: Mapping[str, Any], snapshot: Snapshot) -> str | None:
     largest = max((r.gpus for r in spec.replica_specs.values()), default=0)
     p = spec.placement
     return fleet_shortfall(
-        spec.total_gpus, largest, tuple(p.gpu_products), p.topology, p.mode, snapshot
+        least_gpus(spec), largest, tuple(p.gpu_products), p.topology, p.mode, snapshot
     )
 
 

@@ -331,12 +331,18 @@ def _shortfall(
     products = tuple(spec.placement.gpu_products)
     largest = max((r.gpus for r in spec.replica_specs.values()), default=0)
     placement = spec.placement
-    short = fleet_shortfall(
-        spec.total_gpus, largest, products, placement.topology, placement.mode, snapshot
-    )
+    gpus = least_gpus(spec)
+    short = fleet_shortfall(gpus, largest, products, placement.topology, placement.mode, snapshot)
     if short is None and queue is not None:
-        short = quota_shortfall(spec.total_gpus, products, queue, inputs.queues)
+        short = quota_shortfall(gpus, products, queue, inputs.queues)
     return short
+
+
+def least_gpus(spec: TrainingJobSpec) -> int:
+    """The fewest GPUs the job can run with: an elastic job's at minReplicas (it is
+    admissible when that fits), any other job's whole gang."""
+    el = spec.elastic
+    return spec.total_gpus if el is None else spec.worker_gpus_at(el.min_replicas)
 
 
 def _expected_end(spec: TrainingJobSpec, status: Mapping[str, Any]) -> float | None:
