@@ -561,56 +561,6 @@ def plan_job(
     )
 
 
-def _gang(
-    ref: JobRef, spec: TrainingJobSpec, pods: int, config: OperatorConfig
-) -> tuple[dict[str, Any], ...]:
-    """gangScheduling kubernetes: the Workload and PodGroup of a gang of `pods` pods."""
-    if config.gang_scheduling != KUBERNETES:
-        return ()
-    p = spec.placement
-    key = topology_key(p.topology, p.mode, config.topology_levels)
-    return gang_objects(ref, pods, key, spec.priority_class_name)
-
-
-def _joined(
-    build: Callable[[], tuple[dict[str, Any], ...]], group: str, config: OperatorConfig
-) -> Callable[[], tuple[dict[str, Any], ...]]:
-    """gangScheduling kubernetes: the pods, each a member of the gang's PodGroup."""
-    if config.gang_scheduling != KUBERNETES:
-        return build
-    return lambda: tuple(join_group(p, group) for p in build())
-
-
-def _unpinned(
-    pod_plans: list[PodPlan],
-    spec: TrainingJobSpec,
-    choice: ImageChoice,
-    snapshot: Snapshot,
-    config: OperatorConfig,
-) -> list[PodPlan]:
-    """gangScheduling kubernetes: no node pin; a GPU pod must land on a node the image runs
-    on (the catalog's compatibility terms, always) of the fabric its NCCL settings were
-    tuned for (the planned node's FabricProfile selector)."""
-    compat = tuple(
-        node_affinity_terms(
-            config.catalog,
-            choice.cuda,
-            choice.release,
-            tuple(spec.placement.gpu_products),
-            modes=config.compatibility_modes,
-        )
-    )
-    out = []
-    for plan in pod_plans:
-        terms: tuple[dict[str, Any], ...] = ()
-        if plan.gpus and plan.node_object is not None:
-            labels = snapshot.node(plan.node_object).labels
-            profile = select_profile(labels, config.fabric_profiles, spec.network.fabric)
-            terms = eligibility_terms(compat, profile.spec.node_selector)
-        out.append(replace(plan, node=None, node_object=None, compat_terms=terms))
-    return out
-
-
 def with_workers(spec: TrainingJobSpec, workers: int) -> TrainingJobSpec:
     """The spec with its Worker role at `workers` pods: one size of an elastic job."""
     roles = dict(spec.replica_specs)
@@ -745,11 +695,7 @@ def ideal_placement(
     """Where the gang would go alone on the fleet with every GPU free (the lower bound that
     topology-aware waiting compares with); None when even then it does not fit."""
     spec = parse_spec(body)
-    empty = snapshot.memo(  # depends on the nodes only: kept across usage changes
-        ("static", "empty"),
-        lambda: snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes}),
-    )
-    chosen = choose_gang(spec, job_ref(body).name, empty, config)
+    chosen = choose_gang(spec, job_ref(body).name, free_fleet(snapshot), config)
     return chosen.result if isinstance(chosen.result, Placement) else None
 
 
@@ -768,7 +714,10 @@ def build_plan(
     """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
     members = _members(ref, placement)
-    inp = frameworks.WiringInput(ref.name, ref.namespace, members, fw.default_port, _range(spec))
+    last_call = spec.elastic.rendezvous_last_call_seconds if spec.elastic else None
+    inp = frameworks.WiringInput(
+        ref.name, ref.namespace, members, fw.default_port, _range(spec), last_call
+    )
     wiring = fw.wire(inp)
     cm_name = frameworks.config_map_name(ref.name) if wiring.config_files else None
     ssh_secret = frameworks.ssh_secret_name(ref.name, ref.uid) if wiring.needs_ssh else None
@@ -828,6 +777,56 @@ def build_plan(
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _gang(
+    ref: JobRef, spec: TrainingJobSpec, pods: int, config: OperatorConfig
+) -> tuple[dict[str, Any], ...]:
+    """gangScheduling kubernetes: the Workload and PodGroup of a gang of `pods` pods."""
+    if config.gang_scheduling != KUBERNETES:
+        return ()
+    p = spec.placement
+    key = topology_key(p.topology, p.mode, config.topology_levels)
+    return gang_objects(ref, pods, key, spec.priority_class_name)
+
+
+def _joined(
+    build: Callable[[], tuple[dict[str, Any], ...]], group: str, config: OperatorConfig
+) -> Callable[[], tuple[dict[str, Any], ...]]:
+    """gangScheduling kubernetes: the pods, each a member of the gang's PodGroup."""
+    if config.gang_scheduling != KUBERNETES:
+        return build
+    return lambda: tuple(join_group(p, group) for p in build())
+
+
+def _unpinned(
+    pod_plans: list[PodPlan],
+    spec: TrainingJobSpec,
+    choice: ImageChoice,
+    snapshot: Snapshot,
+    config: OperatorConfig,
+) -> list[PodPlan]:
+    """gangScheduling kubernetes: no node pin; a GPU pod must land on a node the image runs
+    on (the catalog's compatibility terms, always) of the fabric its NCCL settings were
+    tuned for (the planned node's FabricProfile selector)."""
+    compat = tuple(
+        node_affinity_terms(
+            config.catalog,
+            choice.cuda,
+            choice.release,
+            tuple(spec.placement.gpu_products),
+            modes=config.compatibility_modes,
+        )
+    )
+    out = []
+    for plan in pod_plans:
+        terms: tuple[dict[str, Any], ...] = ()
+        if plan.gpus and plan.node_object is not None:
+            labels = snapshot.node(plan.node_object).labels
+            profile = select_profile(labels, config.fabric_profiles, spec.network.fabric)
+            terms = eligibility_terms(compat, profile.spec.node_selector)
+        out.append(replace(plan, node=None, node_object=None, compat_terms=terms))
+    return out
 
 
 def _range(spec: TrainingJobSpec) -> tuple[int, int] | None:

@@ -1,6 +1,6 @@
 """An elastic PyTorch job on the real node (issue 25): 2 of max 3 workers, grown to 3 when a
 job ends, shrunk back to 2 for a higher-priority job; training goes on through both changes.
-About 3-4 minutes (two c10d re-rendezvous of up to 30 s each, pod starts, 0.2 s steps)."""
+About 2-3 minutes (c10d re-rendezvous with a 5 s last call, pod starts, 0.2 s steps)."""
 
 from __future__ import annotations
 

@@ -101,6 +101,20 @@ def test_elastic_wiring_is_c10d_at_worker_0_and_the_same_at_every_size() -> None
     assert smaller.env[("Worker", 1)] == wiring.env[("Worker", 1)]
 
 
+def test_rendezvous_last_call_reaches_every_worker_through_the_plan() -> None:
+    body = job("el").workers(3, 8).elastic(2, 3).build()
+    body["spec"]["elastic"]["rendezvousLastCallSeconds"] = 5
+    plan = plan_job(body, fleet_snapshot(), OperatorConfig(), workers=2)
+    assert isinstance(plan, Plan)
+    confs = [
+        e["value"]
+        for p in plan.pods
+        for e in p["spec"]["containers"][0]["env"]
+        if e["name"] == "PET_RDZV_CONF"
+    ]
+    assert confs == ["is_host=1,last_call_timeout=5", "is_host=0,last_call_timeout=5"]
+
+
 def test_planner_plans_an_elastic_job_at_the_size_asked() -> None:
     body = job("el").workers(4, 8).elastic(1, 4).build()
     plan = plan_job(body, fleet_snapshot(), OperatorConfig(), workers=2)

@@ -165,6 +165,15 @@ class Elastic(ApiModel):
         description="Most Worker pods: admitted at the largest size in range that fits, and "
         "grown towards this when GPUs free up. spec.replicaSpecs.Worker.replicas must equal it.",
     )
+    rendezvous_last_call_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=600,
+        description="How long torchrun's c10d rendezvous waits for more workers once "
+        "minReplicas have joined (its last_call_timeout; torchrun's default is 30). Every "
+        "resize re-forms the rendezvous, so a shorter wait resumes training sooner when the "
+        "pods start together.",
+    )
 
 
 # Frameworks whose launcher re-forms the collective when members come and go: torchrun's

@@ -90,6 +90,7 @@ class WiringInput:
     `FrameworkSpec.default_port` (or a user override); 29500 is torchrun's default.
     elastic: (minReplicas, maxReplicas) of an elastic job (spec.elastic), else None: the
     members are then one size of several, and the env must not depend on the count.
+    last_call_seconds: spec.elastic.rendezvousLastCallSeconds (torchrun's default when None).
     """
 
     job: str
@@ -97,6 +98,7 @@ class WiringInput:
     members: tuple[Member, ...]
     port: int = c.DEFAULT_MASTER_PORT
     elastic: tuple[int, int] | None = None
+    last_call_seconds: int | None = None
 
     def of_role(self, role: str) -> tuple[Member, ...]:
         """Members of one role by replica index (for roles whose order is not a rank)."""

@@ -56,6 +56,11 @@ def wire_elastic(inp: WiringInput, size: tuple[int, int]) -> Wiring:
     """torchrun c10d rendezvous env for an elastic Worker role (see the module doc)."""
     workers = inp.of_role("Worker")
     host = member_host(inp.job, inp.namespace, "Worker", 0)
+    # last_call_timeout: the c10d handler's wait for more nodes once min have joined
+    # (https://pytorch.org/docs/stable/elastic/rendezvous.html, DynamicRendezvousHandler).
+    last_call = (
+        "" if inp.last_call_seconds is None else f",last_call_timeout={inp.last_call_seconds}"
+    )
     env: dict[MemberKey, dict[str, str]] = {}
     for m in workers:
         env[m.key] = {
@@ -64,7 +69,7 @@ def wire_elastic(inp: WiringInput, size: tuple[int, int]) -> Wiring:
             ENV_PET_RDZV_BACKEND: "c10d",
             ENV_PET_RDZV_ENDPOINT: f"{host}:{inp.port}",
             ENV_PET_RDZV_ID: inp.job,
-            ENV_PET_RDZV_CONF: f"is_host={1 if m.index == 0 else 0}",
+            ENV_PET_RDZV_CONF: f"is_host={1 if m.index == 0 else 0}{last_call}",
             ENV_PET_MAX_RESTARTS: str(ELASTIC_MAX_RESTARTS),
         }
     return Wiring(
