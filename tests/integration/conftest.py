@@ -120,6 +120,7 @@ class OperatorProcess:
         self.log_path = log_dir / "operator.log"
         self.metrics_port = _free_port()
         self.health_port = _free_port()
+        self.progress_port = _free_port()  # POST/GET /v1/progress (test_progress_reports.py)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -137,6 +138,8 @@ class OperatorProcess:
                 str(self.metrics_port),
                 "--health-port",
                 str(self.health_port),
+                "--progress-port",
+                str(self.progress_port),
                 *self.extra,
             ],
             env=env,
