@@ -22,10 +22,12 @@ class Endpoint:
     def __init__(self) -> None:
         self.received: list[tuple[str, str, dict[str, Any] | None]] = []
         self.answer: dict[str, Any] = {"checkpointRequested": False}
+        self.delay = 0.0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def _reply(self, body: dict[str, Any] | None) -> None:
+                time.sleep(outer.delay)
                 outer.received.append((self.command, self.headers["Authorization"], body))
                 data = json.dumps(outer.answer).encode()
                 self.send_response(200)
@@ -126,6 +128,16 @@ def test_an_unreachable_operator_never_stops_the_trainer(tmp_path: Any) -> None:
     assert time.monotonic() - began < 0.5  # report() never waits for the network
     wait_until(lambda: reporter.failures >= 1)
     assert reporter.sent == 0 and not reporter.checkpoint_requested()
+
+
+def test_flush_waits_for_the_send_under_way(endpoint: Endpoint, tmp_path: Any) -> None:
+    """The last report before the trainer exits arrives (the sending thread dies with it)."""
+    endpoint.delay = 0.5
+    reporter = progress.Reporter(env=env_for(endpoint.url, tmp_path))
+    reporter.report(299, phase="done", force=True)
+    time.sleep(0.1)  # the thread has taken it and is sending
+    reporter.flush()
+    assert [b["phase"] for b in endpoint.posts()] == ["done"]
 
 
 def test_resume_step_comes_from_the_env() -> None:

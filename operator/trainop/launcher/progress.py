@@ -98,6 +98,7 @@ class Reporter:
         self._pending: dict[str, Any] | None = None
         self._urgent = False
         self._requested = False
+        self._sending = False
         self._last_sent: float | None = None
         self._backoff = 0.0
         self.sent = 0
@@ -151,8 +152,12 @@ class Reporter:
         self._start()
 
     def flush(self, timeout: float = TIMEOUT) -> None:
-        """Send what is pending now, in the caller's thread (e.g. before exiting)."""
+        """Send what is pending now, in the caller's thread, after a send under way ends
+        (call it before exiting: the sending thread dies with the process)."""
+        deadline = time.monotonic() + timeout
         with self._cond:
+            while self._sending and time.monotonic() < deadline:
+                self._cond.wait(0.05)
             body, self._pending = self._pending, None
         if body is not None:
             self._deliver(body)
@@ -181,7 +186,13 @@ class Reporter:
                     self._cond.wait(due)
                     continue
                 body, self._pending, self._urgent = self._pending, None, False
-            self._deliver(body)
+                self._sending = True
+            try:
+                self._deliver(body)
+            finally:
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
 
     def _deliver(self, body: dict[str, Any]) -> None:
         self._last_sent = self._clock()
