@@ -16,8 +16,11 @@ in the deep-queue shape of `make bench-scale` (bench/scale.py `run_deep`):
 Besides ShellState, it keeps per object what kopf keeps for every object its event
 handlers see (a `ResourceMemory` per uid, kopf's own class), so the figure covers both.
 
-Reports the process's RSS (now and peak, from /proc and getrusage), tracemalloc's peak and
-its top 10 allocating lines, and the deep size of each part of the state.
+Three processes, so no run's memory shows in another's RSS: one feeds the state and reports
+RSS (now and peak, from /proc and getrusage); one does the same under tracemalloc for its
+top 10 allocating lines and the deep size of each part of the state; one times nothing but
+traces the start-up listing of every pod into a fresh state, all bodies parsed at once (as
+it was) against a page of 500 at a time (KubeApi.list_pages).
 Writes bench/results/memory.{json,md} (`--label` names the run: `before` / `after`).
 Numbers, never assertions.
 """
@@ -44,6 +47,7 @@ from bench.scale import RESULTS, Gang, fleet_file, mixed_gangs
 
 from trainop.cluster.fleet import load_fleet, node_manifests
 from trainop.handlers.state import ShellState
+from trainop.inventory.pods import pod_binding
 from trainop.reconcile import reconcile
 
 NS = "bench-deep"
@@ -124,6 +128,9 @@ def served_pod(rendered: dict[str, Any], uid: str) -> dict[str, Any]:
     meta, spec = pod["metadata"], pod["spec"]
     meta.update(uid=uid, resourceVersion="5000", creationTimestamp=STAMP)
     spec.pop("schedulingGates", None)
+    binding = pod_binding(rendered)
+    if binding is not None:  # kube-scheduler bound it where trainop pinned it
+        spec["nodeName"] = binding[1]
     spec.setdefault("restartPolicy", "Never")
     spec.update(
         dnsPolicy="ClusterFirst",
@@ -261,9 +268,12 @@ def deep_size(obj: Any, seen: set[int] | None = None) -> int:
     return total
 
 
-def _carry_out(bench: Bench, kopf_memory: KopfMemory, now: datetime) -> int:
+def _carry_out(
+    bench: Bench, kopf_memory: KopfMemory, now: datetime, listed: list[str] | None = None
+) -> int:
     """Reconcile each admitted job as the operator does: its status is written, its pods
-    are created (in flight), then the watch shows the job and the running pods."""
+    are created (in flight), then the watch shows the job and the running pods (and
+    `listed` gets each pod's JSON as a listing would send it)."""
     state = bench.state
     pods = 0
     for key, verdict in list(state.decisions.items()):
@@ -287,6 +297,8 @@ def _carry_out(bench: Bench, kopf_memory: KopfMemory, now: datetime) -> int:
             served = served_pod(pod, str(uuid.uuid4()))
             state.upsert_pod(served)
             kopf_memory.saw(served)
+            if listed is not None:
+                listed.append(json.dumps(served))
         pods += len(created)
     return pods
 
@@ -339,7 +351,6 @@ def run(nodes: int, fill_gangs: int, queued: int, rack: int, trace: bool) -> dic
         return out
     traced_now, traced_peak = tracemalloc.get_traced_memory()
     top = tracemalloc.take_snapshot().statistics("lineno")[:10]
-    tracemalloc.stop()
     out["traced_now_mb"] = round(traced_now / 2**20, 1)
     out["traced_peak_mb"] = round(traced_peak / 2**20, 1)
     out["top"] = [
@@ -347,7 +358,45 @@ def run(nodes: int, fill_gangs: int, queued: int, rack: int, trace: bool) -> dic
         for s in top
     ]
     out["parts_mb"] = _parts(bench.state, kopf_memory, bench.config)
+    tracemalloc.stop()
     return out
+
+
+def listing(nodes: int, fill_gangs: int, rack: int) -> dict[str, float]:
+    """The start-up listing of every pod into a fresh state, traced: the pods' JSON is made
+    first (untraced, as the API server would send it), then loaded both ways."""
+    listed: list[str] = []
+    bench = Bench([])
+    for i, n in enumerate(fleet(nodes, rack)):
+        bench.state.upsert_node(served_node(n, i))
+    for i in range(fill_gangs):
+        bench.state.upsert_job(job_body(Gang(f"fill{i:04d}", 32, 2)))
+    now = datetime.now(UTC).replace(tzinfo=None)
+    for _ in range(20):
+        asyncio.run(bench.loop.cycle())
+        if not _carry_out(bench, KopfMemory(), now, listed):
+            break
+    del bench
+    tracemalloc.start(1)
+    out = {how: _listing_peak(listed, how) for how in ("at once", "paged")}
+    tracemalloc.stop()
+    return out
+
+
+def _listing_peak(listed: list[str], how: str) -> float:
+    """MB allocated at the peak of a fresh state's start-up listing of every pod: all
+    bodies parsed before the state takes them (the listing as it was), or a page of 500
+    at a time (KubeApi.list_pages)."""
+    state = ShellState()
+    gc.collect()
+    base = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    if how == "at once":
+        state.load("pods", [json.loads(text) for text in listed])
+    else:
+        for i in range(0, len(listed), 500):
+            state.load("pods", [json.loads(text) for text in listed[i : i + 500]])
+    return round((tracemalloc.get_traced_memory()[1] - base) / 2**20, 1)
 
 
 def _parts(state: ShellState, kopf_memory: KopfMemory, config: Any) -> dict[str, float]:
@@ -393,11 +442,23 @@ def report(label: str, r: dict[str, Any]) -> str:
         "|---|---|",
         *(f"| {k} | {v} |" for k, v in traced["parts_mb"].items()),
         "",
+        *_listing_lines(rss["pods"], r.get("listing")),
         "| tracemalloc top 10 (held at the end) | MB |",
         "|---|---|",
         *(f"| `{_where(t['where'])}` | {t['mb']:.1f} |" for t in traced["top"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _listing_lines(pods: int, peak: dict[str, float] | None) -> list[str]:
+    if not peak:
+        return []
+    return [
+        f"Start-up listing of the {pods:,} pods into a fresh state, traced peak: "
+        f"{peak['at once']} MB with every body parsed first, {peak['paged']} MB a page "
+        "(500) at a time.",
+        "",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -408,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rack-size", type=int, default=16)
     ap.add_argument("--label", default="after", help="the run's name in memory.md")
     ap.add_argument("--trace", action="store_true", help="this process: the tracemalloc run")
+    ap.add_argument("--listing", action="store_true", help="this process: the listing run")
     ap.add_argument("--note", help="what the run measures, shown under its heading")
     ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     ap.add_argument("--out", default=str(RESULTS / "memory"))
@@ -415,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = (args.nodes, args.fill_gangs, args.queued, args.rack_size)
     if args.trace:
         print(json.dumps(run(*sizes, trace=True)))
+        return 0
+    if args.listing:
+        print(json.dumps(listing(args.nodes, args.fill_gangs, args.rack_size)))
         return 0
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -425,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
         # The traced run in a fresh process: neither run's memory shows in the other's RSS.
         child = [sys.executable, "-m", "bench.memory", "--trace", *_size_args(args)]
         traced = json.loads(subprocess.run(child, check=True, capture_output=True).stdout)
-        runs[args.label] = {"rss": rss, "traced": traced}
+        child[3] = "--listing"
+        listed = json.loads(subprocess.run(child, check=True, capture_output=True).stdout)
+        runs[args.label] = {"rss": rss, "traced": traced, "listing": listed}
     if args.note and args.label in runs:
         runs[args.label]["note"] = args.note
     saved.write_text(json.dumps(runs, indent=1) + "\n")
