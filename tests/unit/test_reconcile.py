@@ -1683,3 +1683,47 @@ def test_failure_is_reported_once_in_status_and_names_its_pod() -> None:
     acts = run(running(), [pod(W0).running(), pod(W1).evicted()])
     assert acts.status["lastFailure"]["reason"] == "Evicted"
     assert acts.status["lastFailure"]["pod"] == W1
+
+
+# --- Degraded (issue 24; trainop.progress.judge_degraded) --------------------------------------
+def _reported(step_seconds: float, **more: Any) -> dict[str, Any]:
+    """status.progress of a gang past warm-up whose best step on this placement was 1 s."""
+    return {
+        "step": 500,
+        "stepSeconds": step_seconds,
+        "placementStartStep": 100,
+        "bestStepSeconds": 1.0,
+        "ranks": [
+            {"rank": 0, "node": A100_1, "stepSeconds": step_seconds},
+            {"rank": 1, "node": A100_2, "stepSeconds": 3 * step_seconds},
+        ],
+        **more,
+    }
+
+
+def test_a_slow_gang_is_degraded_naming_the_straggler_and_recovers() -> None:
+    gang = [pod(W0).running(), pod(W1).running()]
+    slow = run(running().with_status(progress=_reported(2.0)), gang)
+    degraded = cond(slow.status, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "SlowerThanExpected"
+    assert f"rank 1 on node {A100_2} is a straggler" in degraded["message"]
+    assert [e[1] for e in slow.events] == ["Degraded"] and not slow.delete_pods
+    again = run(job_with(running(), slow.status), gang)  # still slow: no second Event
+    assert again.events == []
+    fine = run(job_with(running(), {**slow.status, "progress": _reported(1.1)}), gang)
+    assert cond(fine.status, "Degraded")["status"] == "False"
+
+
+def test_replace_degraded_restarts_the_gang_at_most_once_an_hour() -> None:
+    gang = [pod(W0).running(), pod(W1).running()]
+    b = running(job())
+    b.spec.setdefault("placement", {})["replaceDegraded"] = True
+    first = run(b.with_status(progress=_reported(2.0)), gang)
+    assert first.status["phase"] == "Restarting" and sorted(first.delete_pods) == [W0, W1]
+    assert cond(first.status, "Restarting")["reason"] == "Degraded"
+    assert first.status["progress"]["replacedAt"] == iso(NOW)
+    assert first.status.get("restartCount", 0) == 0  # not counted against backoffLimit
+    soon = run(b.with_status(progress=_reported(2.0, replacedAt=iso(NOW))), gang, now_offset=600)
+    assert soon.status["phase"] == "Running" and not soon.delete_pods
+    later = run(b.with_status(progress=_reported(2.0, replacedAt=iso(NOW))), gang, now_offset=3601)
+    assert later.status["phase"] == "Restarting"
