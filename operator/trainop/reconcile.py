@@ -557,7 +557,7 @@ def _on_running(ctx: _Ctx) -> Actions:
             warning=True,
         )
         return ctx.finish(requeue=1.0)
-    for step in (_nodes_broken, _image_stuck):
+    for step in (_nodes_broken, _draining, _image_stuck):
         done = step(ctx)
         if done is not None:
             return done
@@ -716,6 +716,66 @@ def _degraded(ctx: _Ctx) -> bool:
         warning=True,
     )
     return True
+
+
+# Taints that say a node is about to go (besides a cordon): cluster-autoscaler's scale-down
+# (https://github.com/kubernetes/autoscaler/blob/master/cluster-autoscaler/FAQ.md) and
+# Karpenter's disruption (https://karpenter.sh/docs/concepts/disruption/).
+LEAVING_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
+
+
+def _leaving(ctx: _Ctx) -> list[str]:
+    """Ready nodes under the gang that are cordoned or tainted to go: '<node> (<why>)'."""
+    fleet, out = ctx.fleet(), []
+    for name in sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in ctx.live} - {""}):
+        node = fleet.get(name)
+        if node is None or node.not_ready_since is not None:
+            continue  # gone or NotReady: _nodes_broken's to judge, no trainer can answer there
+        taint = next((t for t in node.taints if t.key in LEAVING_TAINTS), None)
+        if taint is not None:
+            out.append(f"{name} (taint {taint.key})")
+        elif (node.unschedulable_reason or "").startswith("cordoned"):
+            out.append(f"{name} (cordoned)")
+    return out
+
+
+def _draining(ctx: _Ctx) -> Actions | None:
+    """A node under the gang is being drained (cordoned, or tainted by an autoscaler): with
+    spec.checkpoint, ask for a checkpoint (status.checkpointRequest, which the report
+    endpoint passes on), then restart the gang elsewhere once a newer checkpoint is reported
+    or at the deadline (not counted against backoffLimit)."""
+    ckpt = ctx.job_spec.checkpoint
+    leaving = _leaving(ctx) if ckpt is not None and ctx.config.progress_url else []
+    if ckpt is None or not leaving:
+        return None
+    st = ctx.st
+    request = st.new.get("checkpointRequest")
+    if not request:
+        request = progress.checkpoint_request(
+            st.new.get("progress"), ckpt.grace_period_seconds, "NodeDrain", ctx.now
+        )
+        st.new["checkpointRequest"] = request
+        st.events.append(
+            (
+                "Normal",
+                "CheckpointRequested",
+                f"node(s) {', '.join(leaving)} going away: checkpoint asked for; the gang "
+                f"restarts elsewhere once it is reported, or in {ckpt.grace_period_seconds} s",
+            )
+        )
+    done, note = progress.eviction_note(st.new.get("progress"), request, ctx.now)
+    if not done:
+        deadline = progress.parse_time(request.get("deadline")) or ctx.now
+        return ctx.finish(requeue=max(1.0, (deadline - ctx.now).total_seconds()))
+    ctx.delete_all()
+    st.enter(
+        "Restarting",
+        "NodeDrain",
+        f"node(s) {', '.join(leaving)} going away; {note}; restarting the whole gang elsewhere "
+        "(not counted against backoffLimit)",
+        warning=True,
+    )
+    return ctx.finish(requeue=1.0)
 
 
 def _grace_left(ctx: _Ctx) -> float | None:

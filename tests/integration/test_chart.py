@@ -257,6 +257,7 @@ def test_default_template_is_accepted_by_the_apiserver(
             "Role",  # leader election: the Lease in the release namespace
             "RoleBinding",
             "Service",
+            "Service",  # the headless <release>-progress (progress reports, docs/progress.md)
             "Deployment",
         ]
     )
@@ -299,7 +300,18 @@ def test_all_features_template_is_accepted_by_the_apiserver(
     _check_cluster_role(find(docs, "ClusterRole"), namespaces=True)
 
     monitor = find(docs, "ServiceMonitor")
-    svc = find(docs, "Service")
+    (svc,) = [  # the metrics Service (the other one is the headless progress Service)
+        d
+        for d in docs
+        if d["kind"] == "Service"
+        and d["metadata"]["labels"].get("app.kubernetes.io/component") == "metrics"
+    ]
+    assert (
+        not monitor["spec"]["selector"]["matchLabels"].items()
+        <= find(docs, "Service", f"{svc['metadata']['name'].removesuffix('-metrics')}-progress")[
+            "metadata"
+        ]["labels"].items()
+    )  # Prometheus does not scrape the report endpoint
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
@@ -357,7 +369,7 @@ def _check_deployment(
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": metrics_port, "health": health_port}
+    assert ports == {"metrics": metrics_port, "health": health_port, "progress": 8082}
     args = container["args"]
     assert f"--metrics-port={metrics_port}" in args and f"--health-port={health_port}" in args
     assert "--config=/etc/trainop/config.yaml" in args

@@ -1727,3 +1727,65 @@ def test_replace_degraded_restarts_the_gang_at_most_once_an_hour() -> None:
     assert soon.status["phase"] == "Running" and not soon.delete_pods
     later = run(b.with_status(progress=_reported(2.0, replacedAt=iso(NOW))), gang, now_offset=3601)
     assert later.status["phase"] == "Restarting"
+
+
+# --- a node going away: checkpoint, then restart elsewhere (issue 24) --------------------------
+def _cordoned(n: dict[str, Any]) -> None:
+    n.setdefault("spec", {})["unschedulable"] = True
+
+
+def _scaled_down(n: dict[str, Any]) -> None:
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1764000000", "effect": "NoSchedule"}
+    n.setdefault("spec", {})["taints"] = [taint]
+
+
+def _drain(b: JobBuilder, change: Callable[[dict[str, Any]], None], offset: float = 0.0) -> Actions:
+    import dataclasses
+
+    gang, snapshot = _fleet(change, None)
+    config = dataclasses.replace(CONFIG, progress_url="http://trainop-progress:8082/v1/progress")
+    return reconcile(
+        as_body(b), as_pods(gang), snapshot, config, NOW + timedelta(seconds=offset), fleet=snapshot
+    )
+
+
+def _checkpointing(**status: Any) -> JobBuilder:
+    b = running(job())
+    b.spec["checkpoint"] = {"gracePeriodSeconds": 60}
+    return b.with_status(**{"progress": {"step": 500, "lastReportTime": iso(NOW)}, **status})
+
+
+@pytest.mark.parametrize("change", [_cordoned, _scaled_down], ids=["cordoned", "autoscaler-taint"])
+def test_a_draining_node_asks_for_a_checkpoint_then_restarts_the_gang(change: Any) -> None:
+    asked = _drain(_checkpointing(), change)
+    request = asked.status["checkpointRequest"]
+    assert (request["step"], request["reason"], request["deadline"]) == (
+        500,
+        "NodeDrain",
+        iso(NOW + timedelta(seconds=60)),
+    )
+    assert not asked.delete_pods and asked.requeue_after == 60
+    assert [e[1] for e in asked.events] == ["CheckpointRequested"]
+    assert "a100-01" in asked.events[0][2]
+    # A checkpoint newer than the request: the gang restarts elsewhere at once.
+    ckpt = {"path": "/c/505.pt", "step": 505, "time": iso(NOW + timedelta(seconds=5))}
+    saved = _checkpointing(
+        checkpointRequest=request, progress={"step": 505, "lastCheckpoint": ckpt}
+    )
+    done = _drain(saved, change, offset=5)
+    assert done.status["phase"] == "Restarting" and sorted(done.delete_pods) == [W0, W1]
+    assert cond(done.status, "Restarting")["reason"] == "NodeDrain"
+    assert "checkpointed at step 505" in cond(done.status, "Restarting")["message"]
+    assert int(done.status.get("restartCount") or 0) == 0
+    # No answer: still waiting within the grace period, evicted at its end.
+    waiting = _drain(_checkpointing(checkpointRequest=request), change, offset=30)
+    assert not waiting.delete_pods and waiting.requeue_after == 30
+    late = _drain(_checkpointing(checkpointRequest=request), change, offset=60)
+    assert late.status["phase"] == "Restarting"
+    assert "evicted at the deadline" in cond(late.status, "Restarting")["message"]
+
+
+def test_without_spec_checkpoint_a_cordon_changes_nothing() -> None:
+    acts = _drain(running(job()), _cordoned)
+    assert acts.status["phase"] == "Running" and not acts.delete_pods
+    assert "checkpointRequest" not in acts.status
