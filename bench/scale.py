@@ -1156,9 +1156,22 @@ def cluster_with(nodes: int, rack: int, kueue: bool = False) -> Any:
         lc = LocalCluster(name="trainop-bench-kueue" if kueue else "trainop-bench", bin_dir=bin_dir)
         lc.up(str(fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    lc.kubectl("wait", "--for", "condition=established", "crd/trainingjobs.trainop.dev")
+    _wait_established(lc, "crd/trainingjobs.trainop.dev")
     _wait_untainted(lc, 900)
     return lc
+
+
+def _wait_established(lc: Any, crd: str, tries: int = 10) -> None:
+    """kubectl wait on a CRD created a moment ago can fail before the API server has written
+    any condition ("<nil> is of the type <nil>"): ask again for a few seconds."""
+    for attempt in range(tries):
+        try:
+            lc.kubectl("wait", "--for", "condition=established", crd)
+            return
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            time.sleep(1.0)
 
 
 _STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
