@@ -809,15 +809,7 @@ def _unpinned(
     """gangScheduling kubernetes: no node pin; a GPU pod must land on a node the image runs
     on (the catalog's compatibility terms, always) of the fabric its NCCL settings were
     tuned for (the planned node's FabricProfile selector)."""
-    compat = tuple(
-        node_affinity_terms(
-            config.catalog,
-            choice.cuda,
-            choice.release,
-            tuple(spec.placement.gpu_products),
-            modes=config.compatibility_modes,
-        )
-    )
+    compat = _catalog_terms(spec, choice, config)
     out = []
     for plan in pod_plans:
         terms: tuple[dict[str, Any], ...] = ()
@@ -915,8 +907,13 @@ def _compat_terms(
     spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig
 ) -> tuple[Mapping[str, Any], ...]:
     """Node-affinity terms that keep GPU pods on drivers the image runs on (when configured)."""
-    if not config.compat_affinity:
-        return ()
+    return _catalog_terms(spec, choice, config) if config.compat_affinity else ()
+
+
+def _catalog_terms(
+    spec: TrainingJobSpec, choice: ImageChoice, config: OperatorConfig
+) -> tuple[Mapping[str, Any], ...]:
+    """The catalog's compatibility terms for the chosen image (driver, architecture, products)."""
     return tuple(
         node_affinity_terms(
             config.catalog,
