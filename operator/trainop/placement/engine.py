@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainop.api.constants import LABEL_GPU_CLIQUE, RESOURCE_GPU
@@ -509,28 +509,19 @@ def _eligible(
     return found
 
 
-def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noqa: C901, PLR0912 - the early NoFit checks, in order, each with its own message
-    """Place every replica of the gang or none; deterministic for equal inputs."""
+def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:
+    """Place every replica of the gang or none; deterministic for equal inputs.
+
+    The early NoFit checks come first, in order, each with its own message (no node has
+    the product, no node is eligible, a Required level no eligible node is labelled with,
+    the tree's counters say no); then one pod takes the node tier's best fit and a gang
+    walks the tiers from one node outwards (`_by_tier`)."""
     gang = _Gang(request)
     if not gang.reps:
         return _placement(snapshot, request, gang, [], CLUSTER, (), "")
-
-    if request.gpu_products and not snapshot.memo(
-        ("static", "has-product", request.gpu_products),
-        lambda: any(
-            n.gpus_allocatable > 0 and n.gpu.product in request.gpu_products for n in snapshot.nodes
-        ),
-    ):
-        gpu_nodes = [n for n in snapshot.nodes if n.gpus_allocatable > 0]
-        present: dict[str, int] = defaultdict(int)
-        for n in gpu_nodes:
-            present[n.gpu.product or "unknown"] += 1
-        listing = ", ".join(f"{p} ({_plural(c, 'node')})" for p, c in sorted(present.items()))
-        return NoFit(
-            f"gpuProducts [{', '.join(request.gpu_products)}] matches no node; "
-            f"products present: {listing or 'none (no node has GPUs)'}",
-        )
-
+    refused = _no_product(snapshot, request)
+    if refused is not None:
+        return refused
     eligible, excluded = _eligible(snapshot, request)
     details = _exclusion_details(excluded)
     if not eligible:
@@ -539,30 +530,67 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         return NoFit(
             f"no node can run the job: {'; '.join(_exclusion_summary(excluded))}", tuple(details)
         )
-
     unverifiable = _unlabelled_level(snapshot, request, gang, eligible)
     if unverifiable is not None:
         return unverifiable
-
     names = level_names(snapshot.levels)
     tree = _skeleton_tree(snapshot, request, eligible, names)
     early = _early_nofit(tree, gang, len(eligible), details)
     if early is not None:
         return early
-
     if len(gang.reps) == 1:
         # One pod: the node tier's best fit, read off the tree's leaves (fewest GPUs left
         # over, holding the image, then topology path and name).
         best = snapshot.node(tree.best_node_for(gang.total) or "")
         return _placement(snapshot, request, gang, [(gang.reps[0], best)], NODE, best.topology, "")
+    return _by_tier(snapshot, request, gang, tree, names, details)
 
+
+def _no_product(snapshot: Snapshot, request: GangRequest) -> NoFit | None:
+    """NoFit when spec.gpuProducts names no product any GPU node has (listing those there)."""
+    if not request.gpu_products or snapshot.memo(
+        ("static", "has-product", request.gpu_products),
+        lambda: any(
+            n.gpus_allocatable > 0 and n.gpu.product in request.gpu_products for n in snapshot.nodes
+        ),
+    ):
+        return None
+    present: dict[str, int] = defaultdict(int)
+    for n in snapshot.nodes:
+        if n.gpus_allocatable > 0:
+            present[n.gpu.product or "unknown"] += 1
+    listing = ", ".join(f"{p} ({_plural(c, 'node')})" for p, c in sorted(present.items()))
+    return NoFit(
+        f"gpuProducts [{', '.join(request.gpu_products)}] matches no node; "
+        f"products present: {listing or 'none (no node has GPUs)'}",
+    )
+
+
+def _tiers(
+    snapshot: Snapshot, request: GangRequest, names: Mapping[str, str]
+) -> tuple[list[str], int, int]:
+    """The tiers from one node to the cluster, the index of the one the job asks for, and
+    the last one it may widen to (the asked one when Required, the cluster when Preferred)."""
     tiers = [NODE, CLIQUE]
     tiers += [names[k] for k in reversed(snapshot.levels[:-1])]
     tiers.append(CLUSTER)
     wanted = {"none": CLUSTER, "node": NODE, "rack": RACK, "block": BLOCK}[request.topology]
     wanted_at = tiers.index(wanted) if wanted in tiers else len(tiers) - 1
     last = wanted_at if request.mode == "Required" else len(tiers) - 1
+    return tiers, wanted_at, last
 
+
+def _by_tier(
+    snapshot: Snapshot,
+    request: GangRequest,
+    gang: _Gang,
+    tree: _Tree,
+    names: dict[str, str],
+    details: list[str],
+) -> Placement | NoFit:
+    """The cheapest domain of the narrowest tier that holds the gang, widening past the
+    asked tier only when Preferred (with a note saying so); else why nothing held it."""
+    tiers, wanted_at, last = _tiers(snapshot, request, names)
     packer = _Packer(tree)
     cost = request.cost or DEFAULT_COST
     for at, tier in enumerate(tiers[: last + 1]):
@@ -576,13 +604,15 @@ def place(snapshot: Snapshot, request: GangRequest) -> Placement | NoFit:  # noq
         chosen = _cheapest(candidates, packer, gang, cost, names, priced=at > wanted_at)
         if chosen is not None:
             log, dom = chosen
-            note = ""
-            if at > wanted_at:
-                note = _widened_note(tree, tiers[wanted_at], gang)
+            note = _widened_note(tree, tiers[wanted_at], gang) if at > wanted_at else ""
             return _placement(snapshot, request, gang, log, tier, dom.path, note)
-
     if last < len(tiers) - 1:
         return _required_nofit(tree, tiers[last], gang, details)
+    return _fragmented(tree, gang, details)
+
+
+def _fragmented(tree: _Tree, gang: _Gang, details: list[str]) -> NoFit:
+    """Why a gang that the free GPUs add up to found no packing anywhere in the cluster."""
     room, free_total = tree.slots(tree.root, gang.largest), tree.free(tree.root)
     if room < gang.largest_count:
         return NoFit(
