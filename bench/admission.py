@@ -123,12 +123,14 @@ class Bench:
         asyncio.run(self.loop.cycle())
         took = time.process_time() - start
         gangs = pods = 0
-        for key, verdict in list(self.state.decisions.items()):
-            plan = verdict.admission.plan
-            if not verdict.admission.admitted or not isinstance(plan, Plan):
+        for key, mem in list(self.state.jobs.items()):
+            verdict = mem.verdict
+            plan = verdict.admission.plan if verdict is not None else None
+            if verdict is None or not verdict.admission.admitted or not isinstance(plan, Plan):
                 continue
-            job = self.state.jobs[key]
-            self.state.decisions.pop(key)
+            job = mem.body
+            assert job is not None
+            mem.verdict = None
             self.state.load(
                 "pods",
                 [pod_body(job, p, n, g) for p, (n, g) in plan.pinned().items()],
@@ -139,7 +141,7 @@ class Bench:
         return took, gangs, pods
 
     def _mark_running(self, key: tuple[str, str]) -> None:
-        body = dict(self.state.jobs[key])
+        body = dict(self.state.jobs[key].body or {})
         meta = dict(body["metadata"])
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
         body["metadata"] = meta

@@ -276,8 +276,9 @@ def _carry_out(
     `listed` gets each pod's JSON as a listing would send it)."""
     state = bench.state
     pods = 0
-    for key, verdict in list(state.decisions.items()):
-        if not verdict.admission.admitted:
+    for key, mem in list(state.jobs.items()):
+        verdict = mem.verdict
+        if verdict is None or not verdict.admission.admitted:
             continue
         body = state.job(key)
         assert body is not None
@@ -290,7 +291,7 @@ def _carry_out(
         created = [o for o in acts.create if o["kind"] == "Pod"]
         for pod in created:
             state.created(pod)
-        state.decisions.pop(key)
+        mem.verdict = None
         state.upsert_job(written)
         kopf_memory.saw(written)
         for pod in created:
@@ -407,10 +408,7 @@ def _parts(state: ShellState, kopf_memory: KopfMemory, config: Any) -> dict[str,
         "node bodies": state.node_bodies,
         "pods": state.pods,
         "in flight": state.inflight,
-        "jobs": state.jobs,
-        "written": state.written,
-        "decisions": state.decisions,
-        "intakes": state.intakes,
+        "job records": state.jobs,
         "snapshot": state._snapshot,
         "planner memo": getattr(config, "memo", None),
         "kopf memories": kopf_memory.memories,

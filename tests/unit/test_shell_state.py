@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
 
 from tests.builders import busy, fleet_nodes, job, pod, uid_of
-from trainop.handlers.scheduler import AdmissionLoop, plan_pods
-from trainop.handlers.state import ShellState
+from trainop.handlers.scheduler import AdmissionLoop, Verdict, plan_pods
+from trainop.handlers.state import Assumed, Key, ShellState
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import PassResult
@@ -29,6 +30,16 @@ def fleet_state() -> ShellState:
         state.upsert_node(node)
     state.mark_synced()
     return state
+
+
+def verdicts(state: ShellState) -> dict[Key, Verdict]:
+    """The admission loop's verdicts, from the job records that hold one."""
+    return {k: m.verdict for k, m in state.jobs.items() if m.verdict is not None}
+
+
+def assumed(state: ShellState) -> dict[Key, Assumed]:
+    """The assumed gangs, from the job records that hold one."""
+    return {k: m.assumed for k, m in state.jobs.items() if m.assumed is not None}
 
 
 def new_job(name: str, workers: int = 2, gpus: int = 8, **placement: Any) -> dict[str, Any]:
@@ -146,7 +157,7 @@ def test_an_assumed_gang_counts_until_its_pods_are_visible() -> None:
     seen = pod("bert-worker-0").on("a100-01").build()
     seen["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
     state.upsert_pod(seen)
-    assert ("team-a", "bert") not in state.assumed
+    assert ("team-a", "bert") not in assumed(state)
     assert state.snapshot().node("a100-01").gpus_free == 0  # counted once, by the pod
 
 
@@ -162,7 +173,7 @@ def test_an_assumption_is_forgotten(how: Any) -> None:
     state = fleet_state()
     state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
     how(state)
-    assert state.assumed == {}
+    assert assumed(state) == {}
     assert state.snapshot().node("a100-01").gpus_free == 8
 
 
@@ -199,12 +210,12 @@ def test_a_cycle_admits_and_assumes_so_the_next_job_sees_it() -> None:
     for name in ("j1", "j2", "j3"):
         state.upsert_job(new_job(name))
     rec = run_cycle(state)
-    admitted = [k for k, v in state.decisions.items() if v.admission.admitted]
+    admitted = [k for k, v in verdicts(state).items() if v.admission.admitted]
     assert len(admitted) == 3
-    nodes = [set(v.admission.plan.placement.nodes) for v in state.decisions.values()]
+    nodes = [set(v.admission.plan.placement.nodes) for v in verdicts(state).values()]
     assert all(not (a & b) for i, a in enumerate(nodes) for b in nodes[i + 1 :])
     assert sorted(rec.reconciled) == sorted(admitted)
-    assert set(state.assumed) == set(admitted)
+    assert set(assumed(state)) == set(admitted)
     # The next cycle sees them as admitted (assumed) and admits nothing twice.
     rec2 = run_cycle(state)
     assert rec2.reconciled == []
@@ -215,7 +226,7 @@ def test_a_second_cycle_without_change_reconciles_nobody() -> None:
     state.upsert_job(new_job("big", workers=40))  # more GPUs than the fleet has
     first = run_cycle(state)
     assert first.reconciled == [("team-a", "big")]
-    verdict = state.decisions[("team-a", "big")]
+    verdict = verdicts(state)[("team-a", "big")]
     assert not verdict.admission.admitted and verdict.admission.reason == "Inadmissible"
     assert run_cycle(state).reconciled == []
 
@@ -224,7 +235,7 @@ def test_plan_pods_lists_each_pinned_pod() -> None:
     state = fleet_state()
     state.upsert_job(new_job("bert"))
     run_cycle(state)
-    plan = state.decisions[("team-a", "bert")].admission.plan
+    plan = verdicts(state)[("team-a", "bert")].admission.plan
     held = plan_pods(plan)
     assert sorted(held) == ["bert-worker-0", "bert-worker-1"]
     assert all(kind == "name" and gpus == 8 for kind, _, gpus in held.values())
@@ -240,7 +251,7 @@ def test_a_job_in_restart_backoff_is_not_admitted() -> None:
     }
     state.upsert_job(body)
     run_cycle(state)
-    assert ("team-a", "bert") not in state.decisions
+    assert ("team-a", "bert") not in verdicts(state)
 
 
 def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
@@ -298,7 +309,7 @@ def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
 )
 def test_which_verdict_changes_reach_the_job(old: Any, new: Any, tell: bool, since: float) -> None:
     """`since`: seconds since the old verdict last reached the job."""
-    from trainop.handlers.scheduler import Verdict, _worth_telling
+    from trainop.handlers.scheduler import _worth_telling
     from trainop.reconcile import Admission
 
     def verdict(v: Any, told: float) -> Verdict | None:
@@ -318,7 +329,7 @@ def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> 
     state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
     state.created(pod_body, now=0.0)
     state.expire(now=300.0)  # the assumption is gone ...
-    assert state.assumed == {}
+    assert assumed(state) == {}
     assert state.snapshot().node("a100-01").gpus_free == 0  # ... the created pod is not
     assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
     state.expire(now=1000.0)  # never seen for 10 minutes: gone before we saw it
@@ -412,24 +423,24 @@ def test_a_rejected_job_is_not_admitted_again_and_holds_nothing() -> None:
     state = fleet_state()
     state.upsert_job(_rejected("refused"))
     run_cycle(state)
-    assert ("team-a", "refused") not in state.decisions
-    assert not state.assumed
+    assert ("team-a", "refused") not in verdicts(state)
+    assert not assumed(state)
 
 
 def test_a_rejected_job_is_decided_again_once_its_spec_changes() -> None:
     state = fleet_state()
     state.upsert_job(_rejected("refused", generation=2))  # status still says generation 1
     run_cycle(state)
-    assert state.decisions[("team-a", "refused")].admission.admitted
+    assert verdicts(state)[("team-a", "refused")].admission.admitted
 
 
 def test_the_shells_rejection_keeps_the_job_out_before_its_status_lands() -> None:
     state = fleet_state()
     body = new_job("refused")
     state.upsert_job(body)
-    state.rejected[("team-a", "refused")] = body["metadata"].get("generation")
+    state.reject(("team-a", "refused"), body["metadata"].get("generation"))
     run_cycle(state)
-    assert not state.assumed and ("team-a", "refused") not in state.decisions
+    assert not assumed(state) and ("team-a", "refused") not in verdicts(state)
 
 
 # --- usage accounting under random event orders ---------------------------------------------
@@ -552,7 +563,7 @@ def _fresh_copy(state: ShellState) -> ShellState:
         fresh.upsert_job(body)
     for p in state.pods.values():
         fresh.upsert_pod(p)
-    for key, a in state.assumed.items():
+    for key, a in assumed(state).items():
         fresh.assume(key, a.pods, now=a.expires - state.assume_ttl)
     return fresh
 
@@ -596,7 +607,74 @@ def test_a_leader_that_comes_back_tells_every_verdict_again() -> None:
     state.upsert_job(new_job("j1"))
     first = run_cycle(state)
     assert first.reconciled == [("team-a", "j1")]
-    assert ("team-a", "j1") in state.assumed  # its reconcile was skipped: lease lost
+    assert ("team-a", "j1") in assumed(state)  # its reconcile was skipped: lease lost
     state.set_leader(False)
     state.set_leader(True)
     assert run_cycle(state).reconciled == [("team-a", "j1")]
+
+
+# --- a deleted job leaves no trace (its memory is one record, pruned in one place) ---------
+def _holds(where: Any, needles: frozenset[Any]) -> bool:
+    """Whether one of `needles` is a key, member or value of `where` or of any builtin
+    container inside it, however deep (objects such as NodeInfo are not searched)."""
+    try:
+        if where in needles:
+            return True
+    except TypeError:  # unhashable: a container, looked into below
+        pass
+    if isinstance(where, dict):
+        return any(_holds(k, needles) or _holds(v, needles) for k, v in where.items())
+    if isinstance(where, set | frozenset | list | tuple):
+        return any(_holds(v, needles) for v in where)
+    return False
+
+
+def _traces(state: ShellState, runtime: type, needles: frozenset[Any]) -> list[str]:
+    """Every field of the state and every class attribute of the Runtime that holds one."""
+    found = [f.name for f in dataclasses.fields(state) if _holds(getattr(state, f.name), needles)]
+    found += [n for n, v in vars(runtime).items() if not n.startswith("__") and _holds(v, needles)]
+    return found
+
+
+@pytest.mark.parametrize("reconciling", [False, True], ids=["idle", "a-reconcile-holds-its-lock"])
+def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainop.handlers import operator as shell
+
+    state = fleet_state()
+    monkeypatch.setattr(shell.Runtime, "state", state)
+    for name in ("bert", "other"):
+        state.upsert_job(new_job(name))
+    run_cycle(state)  # a verdict, an intake and an assumption for each
+    key = ("team-a", "bert")
+    plan = state.jobs[key].verdict.admission.plan  # type: ignore[union-attr]
+    (first, (node, _)), (second, _) = sorted(plan.pinned().items())
+    needles = frozenset({key, ("team-a", first), ("team-a", second)})
+
+    async def go() -> None:
+        state.upsert_pod(pod(first).on(node).gpus(8).build())  # the watch shows one pod
+        state.released[("team-a", first)] = 0.0
+        state.created(pod(second).build())  # the other is created, not shown yet
+        written = new_job("bert")
+        written["metadata"]["resourceVersion"] = "9"
+        state.record_written(key, written)
+        state.reject(key, 7)
+        state.jobs[key].failures = 3
+        shell._requeue(key, 30.0)
+        handle = state.jobs[key].requeue
+        lock = shell._lock(key)
+        assert lock is not None and handle is not None
+        assert _traces(state, shell.Runtime, needles) != []
+        if reconciling:
+            async with lock:
+                state.remove_pod("team-a", first)
+                state.remove_job(*key)
+                assert state.jobs[key].lock is lock and state.job(key) is None
+            state.drop_if_gone(key)  # as the reconcile does once it lets the lock go
+        else:
+            state.remove_pod("team-a", first)
+            state.remove_job(*key)
+        assert handle.cancelled()
+
+    asyncio.run(go())
+    assert _traces(state, shell.Runtime, needles) == []
+    assert state.jobs[("team-a", "other")].verdict is not None  # the other job kept its own

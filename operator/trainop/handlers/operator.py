@@ -35,7 +35,7 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue
 from trainop.handlers.progress import ProgressService, serve
 from trainop.handlers.scheduler import AdmissionLoop, key_of
-from trainop.handlers.state import Key, ShellState
+from trainop.handlers.state import JobMemory, Key, ShellState
 from trainop.inventory.pods import is_gated
 from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
@@ -74,16 +74,9 @@ class Runtime:
     resync_seconds: float = 60.0
     namespaces: list[str] = []  # `trainop run --namespace`; empty: cluster-wide
     stopping: bool = False
-    locks: dict[Key, asyncio.Lock] = {}
-    # Jobs with a reconcile waiting for their lock: a later request for one of them is
-    # already covered (the waiting run reads the state when it gets the lock), so a gang's
-    # pod events in a burst coalesce into a few reconciles instead of one per event.
-    queued: set[Key] = set()
-    requeued: dict[Key, asyncio.TimerHandle] = {}
     tasks: set[asyncio.Task[Any]] = set()
     progress: ProgressService | None = None  # the report endpoint (`--progress-port`)
     progress_port: int = 0
-    checkpoint_waits: set[Key] = set()  # victims whose eviction waits for a checkpoint
 
 
 _derived: dict[str, Any] = {}
@@ -154,11 +147,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     metrics.JOBS.source = Runtime.state.job_bodies
     Runtime.state.leader = Runtime.elector is None
     Runtime.stopping = False
-    Runtime.locks, Runtime.requeued, Runtime.queued = {}, {}, set()
     Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
     _spawn(Runtime.loop.run())
     _spawn(_resync_forever())
-    Runtime.checkpoint_waits = set()
     if Runtime.progress_port:
         Runtime.progress = ProgressService(
             lambda: Runtime.api, lambda: Runtime.state, Runtime.config.progress_interval
@@ -334,8 +325,7 @@ async def on_job_event(
     event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
 ) -> None:
     if event.get("type") == "DELETED":
-        Runtime.state.remove_job(namespace, name)
-        _forget_job((namespace, name))
+        Runtime.state.remove_job(namespace, name)  # its lock and requeue go with it
         if Runtime.progress is not None:
             Runtime.progress.forget((namespace, name))
         if Runtime.state.leader:
@@ -343,17 +333,6 @@ async def on_job_event(
         return
     Runtime.state.upsert_job(body)
     await reconcile_job((namespace, name))
-
-
-def _forget_job(key: Key) -> None:
-    """A deleted job's lock (unless a reconcile holds it) and pending requeue go with it:
-    both maps were keyed by every job the process ever saw, and only ever grew."""
-    lock = Runtime.locks.get(key)
-    if lock is not None and not lock.locked():
-        del Runtime.locks[key]
-    handle = Runtime.requeued.pop(key, None)
-    if handle is not None:
-        handle.cancel()
 
 
 async def _resync_forever() -> None:
@@ -394,11 +373,23 @@ async def _delete_pods(namespace: str, name: str) -> None:
 # --- one job ------------------------------------------------------------------------------
 def _requeue(key: Key, delay: float) -> None:
     """Run the reconcile again after `delay` unless something else runs it first."""
+    mem = Runtime.state.jobs.get(key)
+    if mem is None:
+        return  # gone: nothing to look at again
+    if mem.requeue is not None:
+        mem.requeue.cancel()
     loop = asyncio.get_running_loop()
-    old = Runtime.requeued.pop(key, None)
-    if old is not None:
-        old.cancel()
-    Runtime.requeued[key] = loop.call_later(max(delay, 0.2), lambda: _spawn(reconcile_job(key)))
+    mem.requeue = loop.call_later(max(delay, 0.2), lambda: _spawn(reconcile_job(key)))
+
+
+def _lock(key: Key) -> asyncio.Lock | None:
+    """The job's lock, held by its reconcile and its evictions (None: the job is gone)."""
+    mem = Runtime.state.jobs.get(key)
+    if mem is None:
+        return None
+    if mem.lock is None:
+        mem.lock = asyncio.Lock()
+    return mem.lock
 
 
 def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission | None:
@@ -406,7 +397,8 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
     wait as its status shows it, so nothing is written until the loop has spoken (None for
     a job that has no status yet: nothing to carry out before the first verdict)."""
     config = Runtime.config
-    verdict = Runtime.state.decisions.get(key)
+    mem = Runtime.state.jobs.get(key)
+    verdict = mem.verdict if mem is not None else None
     meta = body.get("metadata") or {}
     if live and verdict is not None and _resize(verdict.admission, verdict.uid, meta):
         return verdict.admission  # an elastic gang grows or shrinks (queueing.elastic)
@@ -415,7 +407,8 @@ def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission |
     if verdict is not None and verdict.uid == meta.get("uid"):
         if not verdict.admission.admitted or verdict.generation == meta.get("generation"):
             return verdict.admission
-        Runtime.state.decisions.pop(key, None)  # made for an older spec: decide again
+        if mem is not None:
+            mem.verdict = None  # made for an older spec: decide again
         Runtime.state.forget(key)
     status = body.get("status") or {}
     if not status.get("phase") and in_line(body, Runtime.state.priorities, current_config()):
@@ -434,16 +427,27 @@ def _resize(admission: Admission, uid: str | None, meta: Mapping[str, Any]) -> b
 
 
 async def reconcile_job(key: Key) -> None:
-    if key in Runtime.queued:
-        return  # the reconcile already waiting will see this change too
-    Runtime.queued.add(key)
-    lock = Runtime.locks.setdefault(key, asyncio.Lock())
+    mem = Runtime.state.jobs.get(key)
+    if mem is None or mem.queued:
+        return  # gone, or the reconcile already waiting will see this change too
+    mem.queued = True  # a gang's pod events in a burst coalesce into a few reconciles
+    try:
+        await _reconcile_locked(key, mem)
+    finally:
+        Runtime.state.drop_if_gone(key)
+
+
+async def _reconcile_locked(key: Key, mem: JobMemory) -> None:
+    """The reconcile of one job under its lock, then its requeue."""
+    if mem.lock is None:
+        mem.lock = asyncio.Lock()
     acts: Actions | None = None
     admission: Admission | None = None
-    async with lock:
-        Runtime.queued.discard(key)
+    async with mem.lock:
+        mem.queued = False
         state = Runtime.state
-        body = state.job(key)
+        mem = state.jobs.get(key) or mem  # the job may be new under its name since
+        body = mem.newest()
         if not state.leader:
             return
         if body is None or body["metadata"].get("deletionTimestamp"):
@@ -452,7 +456,7 @@ async def reconcile_job(key: Key) -> None:
         if state.is_rejected(key, body):
             state.forget(key)
             return  # refused for good; tried again once the spec changes
-        state.rejected.pop(key, None)
+        mem.rejected = False
         started = time.monotonic()
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))
@@ -480,9 +484,9 @@ async def reconcile_job(key: Key) -> None:
                 fleet=state.fleet,
             )
             await _apply(key[0], key[1], body, acts)
-            state.failures.pop(key, None)
+            mem.failures = 0
             if admission.admitted and (admission.plan is not None or admission.size is not None):
-                state.decisions.pop(key, None)  # carried out: the next gang decides anew
+                mem.verdict = None  # carried out: the next gang decides anew
         except Exception as exc:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
             await _report_failure(key, state.job(key) or body, exc)  # with any status written
@@ -504,12 +508,14 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     # Before forget(), which drops the pods created that the watch has not shown yet: a
     # half-created gang (say, quota for 1 of its 4 pods) must go too, or it holds its GPUs.
     made = state.job_pods(key, body["metadata"].get("uid"))
+    mem = state.jobs.get(key) or JobMemory()  # gone meanwhile: counted in a record kept by none
     state.forget(key)
-    state.decisions.pop(key, None)
+    mem.verdict = None
     failure = classify(exc)
     log.warning("reconcile of %s/%s failed (%s): %s", *key, failure.kind, failure.message)
     if not failure.permanent:
-        attempt = state.failures[key] = state.failures.get(key, 0) + 1
+        mem.failures += 1
+        attempt = mem.failures
         if attempt in (1, 5) or attempt % 20 == 0:  # loud, but not an Event per retry
             with contextlib.suppress(Exception):
                 await _event(body, "Warning", "RetryingAfterError", failure.message)
@@ -530,7 +536,7 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
             state.record_written(key, written)
         for etype, reason, message in events:
             await _event(body, etype, reason, message)
-    state.rejected[key] = body["metadata"].get("generation")
+    state.reject(key, body["metadata"].get("generation"))
 
 
 def _counts_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -689,10 +695,14 @@ async def evict(decision: JobDecision, now: datetime) -> None:
     otherwise write its status, computed before the eviction, over the Preempted condition.
     """
     key = key_of(decision.key)
-    async with Runtime.locks.setdefault(key, asyncio.Lock()):
+    lock = _lock(key)
+    if lock is None:
+        return  # gone: nothing to evict
+    async with lock:
         victim = Runtime.state.job(key)
         if victim is not None:
             await _evict(key, victim, decision, now)
+    Runtime.state.drop_if_gone(key)
 
 
 async def _evict(
@@ -735,7 +745,10 @@ async def _checkpoint_first(
     grace = int(spec.get("gracePeriodSeconds", 120))
     if not spec or grace <= 0 or service is None or not Runtime.config.progress_url:
         return False
-    if key in Runtime.checkpoint_waits:
+    mem = Runtime.state.jobs.get(key)
+    if mem is None:
+        return False  # gone meanwhile: no one to wait for
+    if mem.checkpoint_wait:
         return True
     request = (victim.get("status") or {}).get("checkpointRequest")
     if not request:  # else: asked before a restart or failover of the operator; go on waiting
@@ -756,7 +769,7 @@ async def _checkpoint_first(
             f"checkpoint asked for before preemption ({decision.message}); evicted once it is "
             f"reported, or in {grace} s",
         )
-    Runtime.checkpoint_waits.add(key)
+    mem.checkpoint_wait = True
     _spawn(_wait_then_evict(key, decision, request))
     return True
 
@@ -784,12 +797,18 @@ async def _wait_then_evict(key: Key, decision: JobDecision, request: Mapping[str
         outcome = "checkpointed" if note.startswith("checkpointed") else "deadline"
         metrics.CHECKPOINT_WAITS.labels(outcome).observe(time.monotonic() - started)
         note = f"{note} (waited {time.monotonic() - started:.1f} s)"
-        async with Runtime.locks.setdefault(key, asyncio.Lock()):
+        lock = _lock(key)
+        if lock is None:
+            return  # gone meanwhile
+        async with lock:
             victim = Runtime.state.job(key)
             if victim is not None:
                 await _evict(key, victim, decision, now, note=note)
     finally:
-        Runtime.checkpoint_waits.discard(key)
+        mem = Runtime.state.jobs.get(key)
+        if mem is not None:
+            mem.checkpoint_wait = False
+            Runtime.state.drop_if_gone(key)
 
 
 async def publish(result: PassResult) -> None:

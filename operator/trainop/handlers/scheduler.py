@@ -143,7 +143,8 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
     mutated, so the references stay valid while the decision runs in a worker thread)."""
     work = Work()
     for key in sorted(state.jobs):
-        body = state.job(key)
+        mem = state.jobs[key]
+        body = mem.newest()
         if body is None or state.is_rejected(key, body):
             continue
         wait = _backoff_left(body, config, now)
@@ -153,12 +154,12 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
         job_key = f"{key[0]}/{key[1]}"
         work.bodies.append(body)
         work.signatures[job_key] = signature = (key, state.intake_signature(key), config)
-        kept = state.intakes.get(key)
+        kept = mem.intake
         if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
             work.known[job_key] = kept[1]
             continue
         work.pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
-        if key in state.assumed:
+        if mem.assumed is not None:
             work.assumed[job_key] = state.assumed_holding(key)
     return work
 
@@ -229,7 +230,9 @@ class AdmissionLoop:
         decided = time.monotonic()
         for job_key, job in result.intakes.items():
             signature = work.signatures[job_key]
-            state.intakes[signature[0]] = (signature, job)
+            mem = state.jobs.get(signature[0])
+            if mem is not None:  # else gone while the decision ran
+                mem.intake = (signature, job)
         changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
         for decision in result.decisions.jobs.values():
             if decision.action == Action.PREEMPT:
@@ -242,7 +245,7 @@ class AdmissionLoop:
             task = asyncio.ensure_future(self.reconcile(key))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        later = work.later + [a.expires for a in state.assumed.values()]
+        later = work.later + state.expiries()
         later.extend(_backfill_moments(result, inputs.queues, now, time.monotonic()))
         return min(later) if later else None
 
@@ -276,11 +279,12 @@ class AdmissionLoop:
         changed: list[Key] = []
         for job_key, decision in result.decisions.jobs.items():
             key = keys.get(job_key)
-            body = state.job(key) if key else None
-            if key is None or body is None or decision.action not in _TOLD:
+            mem = state.jobs.get(key) if key else None
+            body = mem.newest() if mem is not None else None
+            if key is None or mem is None or body is None or decision.action not in _TOLD:
                 continue
             meta = body["metadata"]
-            old = state.decisions.get(key)
+            old = mem.verdict
             if (
                 old is not None
                 and decision.action == Action.WAIT
@@ -308,5 +312,5 @@ class AdmissionLoop:
                 changed.append(key)
             elif old is not None:
                 verdict = dataclasses.replace(verdict, told=old.told)
-            state.decisions[key] = verdict
+            mem.verdict = verdict
         return changed

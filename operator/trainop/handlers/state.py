@@ -9,13 +9,18 @@ so its unit tests drive it with plain dicts.
 What it keeps, and how it stays current without rebuilding:
 - nodes: one parsed NodeInfo per node (re-parsed only when that node's event arrives);
 - pods: the slim pod dicts, the GPUs each live pod holds on which node, and pods per job;
-- jobs, queues, namespaces, PriorityClasses, FabricProfiles: the latest bodies;
+- jobs: one `JobMemory` per job (as kopf keeps one ResourceMemory per object), made on
+  first sight and dropped with the job by `remove_job`, in one place: the watch's body,
+  our own status write, the admission loop's verdict, the intake kept for the job's
+  version, the assumed gang, the pods created that the watch has not shown, the error
+  channel, and the shell's lock, queued flag and requeue timer for its reconcile;
+- queues, namespaces, PriorityClasses, FabricProfiles: the latest bodies;
 - assumed gangs: the placement the admission cycle gave a job, counted as used GPUs at
   once, so the next decision of the same cycle, and every cycle until the pods show up in
   the watch, sees them taken (Kueue's assume/forget). An assumption is forgotten when all
   of the gang's pods are visible, when the create fails, when the job goes away, or after
-  `assume_ttl` seconds;
-- decisions: the cycle's latest verdict per pending job, which the reconcile carries out;
+  `assume_ttl` seconds. Kept in the job's record, with an index of the jobs that have one
+  (a snapshot reads the few assumed gangs, not every job);
 - a revision counter bumped by every change that can alter a decision, and a wake-up
   callback for the admission loop (so a waiting job is retried on change, never polled).
 
@@ -25,18 +30,22 @@ rebuilt only when the revision moved, and reuses every NodeInfo whose usage did 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
+
+if TYPE_CHECKING:
+    from trainop.handlers.scheduler import Verdict
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -60,6 +69,58 @@ class Assumed:
         return {p: v for p, v in self.pods.items() if p not in seen}
 
 
+@dataclass(slots=True, eq=False)
+class JobMemory:
+    """All the shell remembers of one job; `ShellState.jobs` holds one per job key."""
+
+    body: dict[str, Any] | None = None  # the watch's latest (slim) body; None: not shown
+    written: dict[str, Any] | None = None  # our own latest status write, as it came back
+    seen: float = 0.0  # when the watch or a listing last showed it (monotonic; `prune`)
+    # Bumped by every change the job's intake reads (its body, pods, assumption): the
+    # admission cycle takes a job in again only when this (or what all jobs read) moved.
+    version: int = 0
+    intake: tuple[tuple[Any, ...], Any] | None = None  # (signature, QueuedJob or None)
+    verdict: Verdict | None = None  # the admission loop's latest, which the reconcile reads
+    assumed: Assumed | None = None
+    created: set[str] | None = None  # pods we created that the watch has not shown yet
+    # The error channel: transient failures in a row (capped backoff), and whether the API
+    # server refused `rejected_generation` for good (not retried until the spec changes).
+    failures: int = 0
+    rejected: bool = False
+    rejected_generation: int | None = None
+    # handlers.operator's: the reconcile's lock (evictions take it too), whether a
+    # reconcile waits for it (later requests are covered by that one), the pending requeue,
+    # and whether an eviction waits for the job's checkpoint.
+    lock: asyncio.Lock | None = None
+    queued: bool = False
+    requeue: asyncio.TimerHandle | None = None
+    checkpoint_wait: bool = False
+
+    def newest(self) -> dict[str, Any] | None:
+        """The newest body we know: the watch's, or our own write when it is newer."""
+        indexed, written = self.body, self.written
+        if indexed is None:
+            return None
+        if (
+            written is not None
+            and written["metadata"].get("uid") == indexed["metadata"].get("uid")
+            and _rv(written) > _rv(indexed)
+        ):
+            return written
+        return indexed
+
+    def idle(self) -> bool:
+        """Nothing left to keep: the job is gone and nothing of the shell's is under way."""
+        return (
+            self.body is None
+            and self.assumed is None
+            and not self.created
+            and not self.queued
+            and not self.checkpoint_wait
+            and (self.lock is None or not self.lock.locked())
+        )
+
+
 @dataclass
 class ShellState:
     """Everything the operator process knows; see the module docstring."""
@@ -74,31 +135,22 @@ class ShellState:
     pod_gpus: dict[Key, tuple[str, str, int]] = field(default_factory=dict)  # kind, value, gpus
     _pods_on: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # by value
     pods_of_job: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))
-    jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    written: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[Key, JobMemory] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     priorities: dict[str, int] = field(default_factory=dict)
     fabrics: dict[str, FabricProfile] = field(default_factory=dict)
-    assumed: dict[Key, Assumed] = field(default_factory=dict)
-    # Pods we created that the watch has not shown yet: the reconcile counts them as
-    # present, so a gang seen half-way through the watch is never taken for a broken one.
+    _assuming: set[Key] = field(default_factory=set)  # the jobs whose record has `assumed`
+    # Pods we created that the watch has not shown yet (by pod; per job in its record's
+    # `created`): the reconcile counts them as present, so a gang seen half-way through the
+    # watch is never taken for a broken one.
     inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
     inflight_ttl: float = 600.0
     _inflight_at: dict[Key, float] = field(default_factory=dict)
-    _inflight_of: dict[Key, set[str]] = field(
-        default_factory=lambda: defaultdict(set)
-    )  # job -> pods
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
     released: dict[Key, float] = field(default_factory=dict)  # pod -> when (monotonic)
-    decisions: dict[Key, Any] = field(default_factory=dict)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The error channel: transient failures in a row per job (for capped backoff), and the
-    # generation of a job whose decision the API server rejected for good (not retried
-    # until the spec changes).
-    failures: dict[Key, int] = field(default_factory=dict)
-    rejected: dict[Key, int | None] = field(default_factory=dict)
     synced: bool = False
     # Leader election (kube.lease): a standby keeps every cache warm but decides nothing
     # and writes nothing; True when the operator runs without election (one replica).
@@ -119,15 +171,14 @@ class ShellState:
     _seen_total: int = 0  # sum of _seen_used
     _fleet: Snapshot | None = None
     _fleet_revision: int = -1
-    # When each pod, node and job was last upserted (monotonic): `prune` drops the ones a
-    # later full listing no longer holds (deleted while no watch was there to say so).
+    # When each pod and node was last upserted (monotonic; a job's is in its record):
+    # `prune` drops the ones a later full listing no longer holds (deleted while no watch
+    # was there to say so).
     _seen: dict[tuple[str, Any], float] = field(default_factory=dict)
     clock: Callable[[], float] = time.monotonic
-    # The admission cycle's intake, kept per job (see `intake_signature`): a job whose
-    # body, pods and assumption did not change, on the same nodes, queues and config, is
-    # not taken in again (its QueuedJob, or None when it is out of line, is reused).
-    intakes: dict[Key, tuple[tuple[Any, ...], Any]] = field(default_factory=dict)
-    _job_versions: dict[Key, int] = field(default_factory=lambda: defaultdict(int))
+    # The admission cycle keeps each job's intake in its record (see `intake_signature`):
+    # a job whose body, pods and assumption did not change, on the same nodes, queues and
+    # config, is not taken in again (its QueuedJob, or None when out of line, is reused).
     inputs_revision: int = 0  # queues, namespaces, PriorityClasses, FabricProfiles
 
     # --- change tracking ---------------------------------------------------------------
@@ -137,9 +188,19 @@ class ShellState:
         if self.on_change is not None and self.synced:
             self.on_change()
 
+    def memory(self, key: Key) -> JobMemory:
+        """The job's record, made on first sight (its watch event, or our own assumption
+        or create for it)."""
+        mem = self.jobs.get(key)
+        if mem is None:
+            mem = self.jobs[key] = JobMemory()
+        return mem
+
     def _changed_job(self, key: Key) -> None:
         """Something the job's intake reads changed: its body, pods or assumption."""
-        self._job_versions[key] += 1
+        mem = self.jobs.get(key)
+        if mem is not None:
+            mem.version += 1
 
     def _changed_inputs(self) -> None:
         self.inputs_revision += 1
@@ -148,7 +209,8 @@ class ShellState:
     def intake_signature(self, key: Key) -> tuple[int, int, int]:
         """What a job's intake depends on besides the config: equal signatures, equal
         QueuedJob (the cycle keeps the config object with it and compares that too)."""
-        return (self._job_versions.get(key, 0), self.node_revision, self.inputs_revision)
+        mem = self.jobs.get(key)
+        return (0 if mem is None else mem.version, self.node_revision, self.inputs_revision)
 
     def mark_synced(self) -> None:
         """Every watch has been listed in full (kopf opens handlers only then)."""
@@ -165,10 +227,10 @@ class ShellState:
             # Decide afresh: a verdict or an assumption kept from before a lost lease may
             # belong to a reconcile that was skipped while standing by (a gang never
             # created), and would look settled to the loop until the assumption expired.
-            self.decisions.clear()
-            for key in list(self.assumed):
-                del self.assumed[key]
-                self._changed_job(key)
+            for mem in self.jobs.values():
+                mem.verdict = None
+            for key in list(self._assuming):
+                self._unassume(key)
             self.touch()
         return True
 
@@ -192,6 +254,7 @@ class ShellState:
         return True
 
     def remove_node(self, name: str) -> None:
+        self._seen.pop(("nodes", name), None)
         if self.nodes.pop(name, None) is not None:
             self.node_revision += 1
             self.node_bodies.pop(name, None)
@@ -218,7 +281,7 @@ class ShellState:
         if job:
             self.pods_of_job[(key[0], job)].add(key[1])
             self._changed_job((key[0], job))
-            if (key[0], job) in self.assumed:
+            if (key[0], job) in self._assuming:
                 self.revision += 1  # what its assumption still holds changed: snapshot stale
             self._settle_assumed((key[0], job))
         new_gpus = self.holding(slim)
@@ -230,12 +293,13 @@ class ShellState:
         key = (namespace, name)
         slim = self.pods.pop(key, None)
         self.released.pop(key, None)
+        self._seen.pop(("pods", key), None)
         if slim is None:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
             self._changed_job((namespace, job))
-            if (namespace, job) in self.assumed:
+            if (namespace, job) in self._assuming:
                 self.revision += 1  # its assumption holds this pod's GPUs again
             names = self.pods_of_job.get((namespace, job))
             if names is not None:
@@ -289,7 +353,9 @@ class ShellState:
         the ones we created that the watch has not shown yet."""
         out = []
         names = set(self.pods_of_job.get(key, ()))
-        names.update(self._inflight_of.get(key, ()))
+        mem = self.jobs.get(key)
+        if mem is not None and mem.created:
+            names.update(mem.created)
         for name in sorted(names):
             pod = self.pods.get((key[0], name)) or self.inflight.get((key[0], name))
             if pod is None:
@@ -302,10 +368,11 @@ class ShellState:
     # --- jobs and the small kinds ----------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> None:
         key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
-        self._seen[("trainingjobs", key)] = self.clock()
-        old, newest = self.jobs.get(key), self.job(key)
-        self.jobs[key] = slim_job(body)
-        self._changed_job(key)
+        mem = self.memory(key)
+        mem.seen = self.clock()
+        old, newest = mem.body, mem.newest()
+        mem.body = slim_job(body)
+        mem.version += 1
         if (
             old is None
             or old.get("spec") != body.get("spec")
@@ -315,47 +382,63 @@ class ShellState:
             self.touch()
 
     def remove_job(self, namespace: str, name: str) -> None:
+        """The job is gone: its record goes, with everything in it (the assumption and the
+        pods created for it count no more, its requeue is cancelled). Only a lock that a
+        reconcile or an eviction holds now is kept, in an empty record, so a job made
+        again under the name waits for it; `drop_if_gone` removes that record after."""
         key = (namespace, name)
-        self.jobs.pop(key, None)
-        self.written.pop(key, None)
-        self.decisions.pop(key, None)
-        self.failures.pop(key, None)
-        self.rejected.pop(key, None)
-        self.assumed.pop(key, None)
-        self.intakes.pop(key, None)
-        self._job_versions.pop(key, None)
         self._drop_inflight(key)
+        mem = self.jobs.pop(key, None)
+        if mem is not None:
+            self._assuming.discard(key)
+            if mem.requeue is not None:
+                mem.requeue.cancel()
+            if mem.lock is not None and mem.lock.locked():
+                self.jobs[key] = JobMemory(lock=mem.lock)
         self.touch()
+
+    def drop_if_gone(self, key: Key) -> None:
+        """Drop the record of a job that is gone once nothing of the shell's is under way."""
+        mem = self.jobs.get(key)
+        if mem is not None and mem.idle():
+            del self.jobs[key]
+            if mem.requeue is not None:
+                mem.requeue.cancel()
 
     def is_rejected(self, key: Key, body: Mapping[str, Any]) -> bool:
         """The API server refused this job's current generation for good: out of line,
         holding nothing, until its spec changes."""
-        return key in self.rejected and self.rejected[key] == body["metadata"].get("generation")
+        mem = self.jobs.get(key)
+        return (
+            mem is not None
+            and mem.rejected
+            and mem.rejected_generation == body["metadata"].get("generation")
+        )
+
+    def reject(self, key: Key, generation: int | None) -> None:
+        """The API server refused this generation of the job for good."""
+        mem = self.jobs.get(key)
+        if mem is not None:
+            mem.rejected, mem.rejected_generation = True, generation
 
     def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
-        before = self.job(key)
-        self.written[key] = slim_job(body)
-        self._changed_job(key)
-        if before is not None and _finished(before, body):
+        mem = self.jobs.get(key)
+        before = None if mem is None else mem.newest()
+        if mem is None or before is None:
+            return  # gone meanwhile: nothing to be newer than
+        mem.written = slim_job(body)
+        mem.version += 1
+        if _finished(before, body):
             self.touch()
 
     def job(self, key: Key) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
-        indexed = self.jobs.get(key)
-        if indexed is None:
-            return None
-        written = self.written.get(key)
-        if (
-            written is not None
-            and written["metadata"].get("uid") == indexed["metadata"].get("uid")
-            and _rv(written) > _rv(indexed)
-        ):
-            return written
-        return indexed
+        mem = self.jobs.get(key)
+        return None if mem is None else mem.newest()
 
     def job_bodies(self) -> list[dict[str, Any]]:
-        return [b for b in (self.job(k) for k in sorted(self.jobs)) if b is not None]
+        return [b for b in (self.jobs[k].newest() for k in sorted(self.jobs)) if b is not None]
 
     def upsert_queue(self, body: Mapping[str, Any]) -> None:
         name = body["metadata"]["name"]
@@ -408,11 +491,13 @@ class ShellState:
         objects last seen before `since` go, so one created during the listing stays.
         Returns how many went."""
         present = {_list_key(kind, b) for b in listed}
-        gone = [
-            key
-            for (k, key), seen in self._seen.items()
-            if k == kind and seen < since and key not in present
-        ]
+        if kind == "trainingjobs":
+            seen_at: Iterable[tuple[Any, float]] = (
+                (k, m.seen) for k, m in self.jobs.items() if m.body is not None
+            )
+        else:
+            seen_at = ((key, t) for (k, key), t in self._seen.items() if k == kind)
+        gone = [key for key, seen in seen_at if seen < since and key not in present]
         for key in gone:
             self._seen.pop((kind, key), None)
             if kind == "pods":
@@ -426,8 +511,10 @@ class ShellState:
     # --- assume / forget -----------------------------------------------------------------
     def assume(self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
         """Count a gang's GPUs as used from now on (its pods are about to be created)."""
-        self.assumed[key] = Assumed(dict(pods), now + self.assume_ttl)
-        self._changed_job(key)
+        mem = self.memory(key)
+        mem.assumed = Assumed(dict(pods), now + self.assume_ttl)
+        mem.version += 1
+        self._assuming.add(key)
         self._settle_assumed(key)
         self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
 
@@ -442,23 +529,28 @@ class ShellState:
             self._inflight_at[key] = now
             job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
             if job:
-                self._inflight_of[(key[0], job)].add(key[1])
-                self._changed_job((key[0], job))
+                mem = self.memory((key[0], job))
+                if mem.created is None:
+                    mem.created = set()
+                mem.created.add(key[1])
+                mem.version += 1
             self.revision += 1  # counted from now on: the cached snapshot is stale
 
     def _pop_inflight(self, pod_key: Key) -> None:
         pod = self.inflight.pop(pod_key, None)
         self._inflight_at.pop(pod_key, None)
-        if pod is not None:
-            self.revision += 1  # no longer counted as created: the cached snapshot is stale
-        job = ((pod or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_JOB_NAME)
-        if job:
-            self._changed_job((pod_key[0], job))
-        names = self._inflight_of.get((pod_key[0], job or ""))
-        if names is not None:
-            names.discard(pod_key[1])
-            if not names:
-                del self._inflight_of[(pod_key[0], job or "")]
+        if pod is None:
+            return
+        self.revision += 1  # no longer counted as created: the cached snapshot is stale
+        job = (pod["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
+        mem = self.jobs.get((pod_key[0], job)) if job else None
+        if mem is not None:
+            mem.version += 1
+            if mem.created is not None:
+                mem.created.discard(pod_key[1])
+                if not mem.created:
+                    mem.created = None
+            self.drop_if_gone((pod_key[0], job))
 
     def drop_created(self, namespace: str, name: str) -> None:
         """A pod we created and then deleted before the watch showed it."""
@@ -467,39 +559,57 @@ class ShellState:
     def forget(self, key: Key) -> None:
         """Drop an assumption (the create failed, or the job went away): GPUs free again."""
         self._drop_inflight(key)
-        if self.assumed.pop(key, None) is not None:
-            self._changed_job(key)
+        if self._unassume(key):
             self.touch()
+        self.drop_if_gone(key)
+
+    def _unassume(self, key: Key) -> bool:
+        """Drop the job's assumption; whether it had one."""
+        if key not in self._assuming:
+            return False
+        self._assuming.discard(key)
+        mem = self.jobs[key]
+        mem.assumed = None
+        mem.version += 1
+        return True
 
     def _drop_inflight(self, key: Key) -> None:
-        for name in list(self._inflight_of.get(key, ())):
+        mem = self.jobs.get(key)
+        for name in list(mem.created or ()) if mem is not None else ():
             self._pop_inflight((key[0], name))
 
     def expire(self, now: float) -> list[Key]:
         """Forget assumptions older than `assume_ttl` (the gang was never created) and
         created pods the watch has not shown for `inflight_ttl` (gone before we saw them);
         created pods themselves stay counted until then."""
-        stale = [k for k, a in self.assumed.items() if a.expires <= now]
+        stale = sorted(k for k in self._assuming if self._assumed(k).expires <= now)
         for key in stale:
-            if self.assumed.pop(key, None) is not None:
-                self._changed_job(key)
-                self.touch()
+            self._unassume(key)
+            self.touch()
+            self.drop_if_gone(key)
         for pod_key in [k for k, t in self._inflight_at.items() if t + self.inflight_ttl <= now]:
             self._pop_inflight(pod_key)
             self.touch()
         return stale
 
+    def expiries(self) -> list[float]:
+        """When each assumption runs out (monotonic): the loop wakes up then."""
+        return [self._assumed(k).expires for k in self._assuming]
+
+    def _assumed(self, key: Key) -> Assumed:
+        assumed = self.jobs[key].assumed
+        assert assumed is not None  # _assuming indexes the records that have one
+        return assumed
+
     def _settle_assumed(self, key: Key) -> None:
-        assumed = self.assumed.get(key)
-        if assumed is not None and not assumed.pending(self.pods_of_job.get(key, ())):
-            del self.assumed[key]  # every pod is visible: the pod cache counts them now
-            self._changed_job(key)
+        if key in self._assuming and not self._assumed(key).pending(self.pods_of_job.get(key, ())):
+            self._unassume(key)  # every pod is visible: the pod cache counts them now
 
     def assumed_holding(self, key: Key) -> tuple[tuple[str, int], ...]:
         """GPUs per node an assumed gang holds (for admission: the job counts as admitted)."""
-        assumed = self.assumed.get(key)
-        if assumed is None:
+        if key not in self._assuming:
             return ()
+        assumed = self._assumed(key)
         held: dict[str, int] = defaultdict(int)
         for kind, value, gpus in assumed.pods.values():
             node = self._node_of(kind, value)
@@ -517,8 +627,8 @@ class ShellState:
         the watch has not shown (and no assumption counts): small, so kept from scratch."""
         used: dict[str, int] = defaultdict(int)
         counted: set[Key] = set()
-        for key, assumed in self.assumed.items():
-            pending = assumed.pending(self.pods_of_job.get(key, ()))
+        for key in self._assuming:
+            pending = self._assumed(key).pending(self.pods_of_job.get(key, ()))
             for pod_name, (kind, value, gpus) in pending.items():
                 counted.add((key[0], pod_name))
                 node = self._node_of(kind, value)
