@@ -140,7 +140,7 @@ class Bench:
             pods += len(plan.pinned())
         return took, gangs, pods
 
-    def _mark_running(self, key: tuple[str, str]) -> None:
+    def _mark_running(self, key: str) -> None:
         body = dict(self.state.jobs[key].body or {})
         meta = dict(body["metadata"])
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)

@@ -71,7 +71,7 @@ def test_incremental_view_equals_a_rebuild(
         state.upsert_node(node)
     state.mark_synced()
     pods: list[tuple[str, str]] = []
-    jobs: list[tuple[str, str]] = []
+    jobs: list[str] = []
     for i, op in enumerate(ops):
         snap = state.snapshot()
         if op[0] == "pod":
@@ -81,7 +81,7 @@ def test_incremental_view_equals_a_rebuild(
         elif op[0] == "end" and pods:
             state.remove_pod(*pods.pop(op[1] % len(pods)))
         elif op[0] == "assume":
-            key = ("t", f"j{i}")
+            key = f"t/j{i}"
             state.assume(key, {f"j{i}-0": ("name", op[1], op[2])}, now=state.clock())
             jobs.append(key)
         elif op[0] == "forget" and jobs:

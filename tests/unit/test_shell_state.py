@@ -15,7 +15,7 @@ import pytest
 
 from tests.builders import busy, fleet_nodes, job, pod, uid_of
 from trainop.handlers.scheduler import AdmissionLoop, Verdict, plan_pods
-from trainop.handlers.state import Assumed, Key, ShellState
+from trainop.handlers.state import Assumed, JobKey, ShellState
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import PassResult
@@ -32,12 +32,12 @@ def fleet_state() -> ShellState:
     return state
 
 
-def verdicts(state: ShellState) -> dict[Key, Verdict]:
+def verdicts(state: ShellState) -> dict[JobKey, Verdict]:
     """The admission loop's verdicts, from the job records that hold one."""
     return {k: m.verdict for k, m in state.jobs.items() if m.verdict is not None}
 
 
-def assumed(state: ShellState) -> dict[Key, Assumed]:
+def assumed(state: ShellState) -> dict[JobKey, Assumed]:
     """The assumed gangs, from the job records that hold one."""
     return {k: m.assumed for k, m in state.jobs.items() if m.assumed is not None}
 
@@ -51,11 +51,11 @@ def new_job(name: str, workers: int = 2, gpus: int = 8, **placement: Any) -> dic
 
 class Recorder:
     def __init__(self) -> None:
-        self.reconciled: list[tuple[str, str]] = []
+        self.reconciled: list[JobKey] = []
         self.evicted: list[str] = []
         self.published: list[PassResult] = []
 
-    async def reconcile(self, key: tuple[str, str]) -> None:
+    async def reconcile(self, key: JobKey) -> None:
         self.reconciled.append(key)
 
     async def evict(self, decision: JobDecision, now: Any) -> None:
@@ -133,7 +133,7 @@ def test_a_job_that_finishes_wakes_the_loop() -> None:
     state.upsert_job(copy.deepcopy(body))  # a status write that changes nothing
     assert state.revision == before
     finished = job("done").meta(resourceVersion="2").phase("Succeeded").build()
-    state.record_written((finished["metadata"]["namespace"], "done"), finished)
+    state.record_written(f"{finished['metadata']['namespace']}/done", finished)
     assert state.revision == before + 1
     state.upsert_job(finished)  # the watch catches up: already known
     assert state.revision == before + 1
@@ -152,26 +152,26 @@ def test_wakes_only_once_synced() -> None:
 # --- assume / forget ---------------------------------------------------------------------
 def test_an_assumed_gang_counts_until_its_pods_are_visible() -> None:
     state = fleet_state()
-    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    state.assume("team-a/bert", {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
     assert state.snapshot().node("a100-01").gpus_free == 0
     seen = pod("bert-worker-0").on("a100-01").build()
     seen["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
     state.upsert_pod(seen)
-    assert ("team-a", "bert") not in assumed(state)
+    assert "team-a/bert" not in assumed(state)
     assert state.snapshot().node("a100-01").gpus_free == 0  # counted once, by the pod
 
 
 @pytest.mark.parametrize(
     "how",
     [
-        pytest.param(lambda s: s.forget(("team-a", "bert")), id="create-failed"),
+        pytest.param(lambda s: s.forget("team-a/bert"), id="create-failed"),
         pytest.param(lambda s: s.expire(1000.0), id="ttl-passed"),
         pytest.param(lambda s: s.remove_job("team-a", "bert"), id="job-deleted"),
     ],
 )
 def test_an_assumption_is_forgotten(how: Any) -> None:
     state = fleet_state()
-    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    state.assume("team-a/bert", {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
     how(state)
     assert assumed(state) == {}
     assert state.snapshot().node("a100-01").gpus_free == 8
@@ -183,12 +183,12 @@ def test_created_pods_count_as_present_until_the_watch_shows_them() -> None:
     state.upsert_job(body)
     created = pod("bert-worker-0").build()
     state.created(created)
-    assert [p["metadata"]["name"] for p in state.job_pods(("team-a", "bert"), uid_of("bert"))] == [
+    assert [p["metadata"]["name"] for p in state.job_pods("team-a/bert", uid_of("bert"))] == [
         "bert-worker-0"
     ]
     state.upsert_pod(created)
     assert state.inflight == {}
-    assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
+    assert len(state.job_pods("team-a/bert", uid_of("bert"))) == 1
 
 
 def test_written_status_wins_until_the_watch_catches_up() -> None:
@@ -199,8 +199,8 @@ def test_written_status_wins_until_the_watch_catches_up() -> None:
     newer = copy.deepcopy(body)
     newer["metadata"]["resourceVersion"] = "6"
     newer["status"] = {"phase": "Queued"}
-    state.record_written(("team-a", "bert"), newer)
-    got = state.job(("team-a", "bert"))
+    state.record_written("team-a/bert", newer)
+    got = state.job("team-a/bert")
     assert got is not None and got["status"] == {"phase": "Queued"}
 
 
@@ -225,8 +225,8 @@ def test_a_second_cycle_without_change_reconciles_nobody() -> None:
     state = fleet_state()
     state.upsert_job(new_job("big", workers=40))  # more GPUs than the fleet has
     first = run_cycle(state)
-    assert first.reconciled == [("team-a", "big")]
-    verdict = verdicts(state)[("team-a", "big")]
+    assert first.reconciled == ["team-a/big"]
+    verdict = verdicts(state)["team-a/big"]
     assert not verdict.admission.admitted and verdict.admission.reason == "Inadmissible"
     assert run_cycle(state).reconciled == []
 
@@ -235,7 +235,7 @@ def test_plan_pods_lists_each_pinned_pod() -> None:
     state = fleet_state()
     state.upsert_job(new_job("bert"))
     run_cycle(state)
-    plan = verdicts(state)[("team-a", "bert")].admission.plan
+    plan = verdicts(state)["team-a/bert"].admission.plan
     held = plan_pods(plan)
     assert sorted(held) == ["bert-worker-0", "bert-worker-1"]
     assert all(kind == "name" and gpus == 8 for kind, _, gpus in held.values())
@@ -251,7 +251,7 @@ def test_a_job_in_restart_backoff_is_not_admitted() -> None:
     }
     state.upsert_job(body)
     run_cycle(state)
-    assert ("team-a", "bert") not in verdicts(state)
+    assert "team-a/bert" not in verdicts(state)
 
 
 def test_job_counts_come_from_the_cache_with_the_admitting_queue() -> None:
@@ -326,12 +326,12 @@ def test_created_pods_stay_counted_when_the_watch_lags_past_the_assumption() -> 
     state.upsert_job(new_job("bert"))
     pod_body = pod("bert-worker-0").on("a100-01").build()
     pod_body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
-    state.assume(("team-a", "bert"), {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
+    state.assume("team-a/bert", {"bert-worker-0": ("name", "a100-01", 8)}, now=0.0)
     state.created(pod_body, now=0.0)
     state.expire(now=300.0)  # the assumption is gone ...
     assert assumed(state) == {}
     assert state.snapshot().node("a100-01").gpus_free == 0  # ... the created pod is not
-    assert len(state.job_pods(("team-a", "bert"), uid_of("bert"))) == 1
+    assert len(state.job_pods("team-a/bert", uid_of("bert"))) == 1
     state.expire(now=1000.0)  # never seen for 10 minutes: gone before we saw it
     assert state.snapshot().node("a100-01").gpus_free == 8
 
@@ -356,7 +356,7 @@ def test_jobs_on_node_names_the_jobs_with_a_pod_there() -> None:
     mine["metadata"].update(namespace="team-a", labels={"trainop.dev/job-name": "bert"})
     state.upsert_pod(mine)
     state.upsert_pod(busy("a100-01", 4, "busy"))  # no job label: nobody to tell
-    assert state.jobs_on_node("a100-01") == [("team-a", "bert")]
+    assert state.jobs_on_node("a100-01") == ["team-a/bert"]
     assert state.jobs_on_node("a100-02") == []
 
 
@@ -366,11 +366,11 @@ def test_a_created_pod_deleted_before_the_watch_saw_it_is_gone_for_its_job() -> 
     state.created(pod("bert-worker-0").build())
     state.created(pod("bert-worker-1").build())
     state.drop_created("team-a", "bert-worker-0")
-    names = [p["metadata"]["name"] for p in state.job_pods(("team-a", "bert"), uid_of("bert"))]
+    names = [p["metadata"]["name"] for p in state.job_pods("team-a/bert", uid_of("bert"))]
     assert names == ["bert-worker-1"]
-    state.forget(("team-a", "bert"))
+    state.forget("team-a/bert")
     assert state.inflight == {}
-    assert state.job_pods(("team-a", "bert"), uid_of("bert")) == []
+    assert state.job_pods("team-a/bert", uid_of("bert")) == []
 
 
 # --- full listings ---------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_a_start_up_listing_fills_the_state_of_every_kind() -> None:
     state.load("fabricprofiles", [{"metadata": {"name": "bad"}, "spec": {"fabric": 7}}])
     assert len(state.nodes) == len(fleet_nodes())
     assert state.snapshot().node("h100-a-01").gpus_free == 0
-    assert list(state.jobs) == [("team-a", "bert")]
+    assert list(state.jobs) == ["team-a/bert"]
     assert state.namespaces == {"team-a": {"tier": "gold"}}
     assert state.priorities == {"high": 1000}
     assert list(state.queues) == ["q"]
@@ -423,7 +423,7 @@ def test_a_rejected_job_is_not_admitted_again_and_holds_nothing() -> None:
     state = fleet_state()
     state.upsert_job(_rejected("refused"))
     run_cycle(state)
-    assert ("team-a", "refused") not in verdicts(state)
+    assert "team-a/refused" not in verdicts(state)
     assert not assumed(state)
 
 
@@ -431,16 +431,16 @@ def test_a_rejected_job_is_decided_again_once_its_spec_changes() -> None:
     state = fleet_state()
     state.upsert_job(_rejected("refused", generation=2))  # status still says generation 1
     run_cycle(state)
-    assert verdicts(state)[("team-a", "refused")].admission.admitted
+    assert verdicts(state)["team-a/refused"].admission.admitted
 
 
 def test_the_shells_rejection_keeps_the_job_out_before_its_status_lands() -> None:
     state = fleet_state()
     body = new_job("refused")
     state.upsert_job(body)
-    state.reject(("team-a", "refused"), body["metadata"].get("generation"))
+    state.reject("team-a/refused", body["metadata"].get("generation"))
     run_cycle(state)
-    assert not assumed(state) and ("team-a", "refused") not in verdicts(state)
+    assert not assumed(state) and "team-a/refused" not in verdicts(state)
 
 
 # --- usage accounting under random event orders ---------------------------------------------
@@ -525,7 +525,7 @@ def test_gpu_usage_is_the_cache_plus_what_is_pending(seed: int) -> None:
         op = rng.choice(["assume", "created", "upsert", "upsert", "remove", "forget", "expire"])
         if op == "assume":
             chosen = rng.sample(gangs[job_name], rng.randint(1, 3))
-            state.assume(("team-a", job_name), {p: ("name", node_name, gpus) for p in chosen}, now)
+            state.assume(f"team-a/{job_name}", {p: ("name", node_name, gpus) for p in chosen}, now)
             model.assume(job_name, dict.fromkeys(chosen, gpus), now)
         elif op == "created":
             state.created(_gang_pod(name, node_name, gpus, "gated"), now)
@@ -538,7 +538,7 @@ def test_gpu_usage_is_the_cache_plus_what_is_pending(seed: int) -> None:
             state.remove_pod("team-a", name)
             model.remove(name)
         elif op == "forget":
-            state.forget(("team-a", job_name))
+            state.forget(f"team-a/{job_name}")
             model.forget(job_name)
         else:
             now += rng.choice([1.0, 60.0, 130.0, 700.0])
@@ -585,7 +585,7 @@ def _fresh_copy(state: ShellState) -> ShellState:
             ),
             id="j2-edited",
         ),
-        pytest.param(lambda s: s.forget(("team-a", "j3")), id="j3-forgotten"),
+        pytest.param(lambda s: s.forget("team-a/j3"), id="j3-forgotten"),
         pytest.param(lambda s: s.upsert_priority("high", 1000), id="a-priority-class"),
         pytest.param(lambda s: s.remove_job("team-a", "j1"), id="j1-deleted"),
     ],
@@ -606,11 +606,11 @@ def test_a_leader_that_comes_back_tells_every_verdict_again() -> None:
     state = fleet_state()
     state.upsert_job(new_job("j1"))
     first = run_cycle(state)
-    assert first.reconciled == [("team-a", "j1")]
-    assert ("team-a", "j1") in assumed(state)  # its reconcile was skipped: lease lost
+    assert first.reconciled == ["team-a/j1"]
+    assert "team-a/j1" in assumed(state)  # its reconcile was skipped: lease lost
     state.set_leader(False)
     state.set_leader(True)
-    assert run_cycle(state).reconciled == [("team-a", "j1")]
+    assert run_cycle(state).reconciled == ["team-a/j1"]
 
 
 # --- a deleted job leaves no trace (its memory is one record, pruned in one place) ---------
@@ -645,7 +645,7 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.Mo
     for name in ("bert", "other"):
         state.upsert_job(new_job(name))
     run_cycle(state)  # a verdict, an intake and an assumption for each
-    key = ("team-a", "bert")
+    key = "team-a/bert"
     plan = state.jobs[key].verdict.admission.plan  # type: ignore[union-attr]
     (first, (node, _)), (second, _) = sorted(plan.pinned().items())
     needles = frozenset({key, ("team-a", first), ("team-a", second)})
@@ -667,14 +667,14 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.Mo
         if reconciling:
             async with lock:
                 state.remove_pod("team-a", first)
-                state.remove_job(*key)
+                state.remove_job("team-a", "bert")
                 assert state.jobs[key].lock is lock and state.job(key) is None
             state.drop_if_gone(key)  # as the reconcile does once it lets the lock go
         else:
             state.remove_pod("team-a", first)
-            state.remove_job(*key)
+            state.remove_job("team-a", "bert")
         assert handle.cancelled()
 
     asyncio.run(go())
     assert _traces(state, shell.Runtime, needles) == []
-    assert state.jobs[("team-a", "other")].verdict is not None  # the other job kept its own
+    assert state.jobs["team-a/other"].verdict is not None  # the other job kept its own

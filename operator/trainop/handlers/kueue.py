@@ -19,7 +19,7 @@ import kopf
 
 from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES
-from trainop.handlers.state import Key, ShellState
+from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube import kueue as writes
 from trainop.kube.client import KubeApi
 from trainop.planner import InvalidJob, OperatorConfig
@@ -33,18 +33,18 @@ log = logging.getLogger("trainop.kueue")
 class Cache:
     """What the watches hold: Workloads by their job, flavors' nodeLabels, priorities."""
 
-    workloads: dict[Key, dict[str, Any]] = {}
+    workloads: dict[JobKey, dict[str, Any]] = {}
     node_labels: dict[str, dict[str, str]] = {}
     priorities: dict[str, int] = {}
 
 
-def _job_key(body: Mapping[str, Any]) -> Key | None:
+def _job_key(body: Mapping[str, Any]) -> JobKey | None:
     meta = body.get("metadata") or {}
     job = (meta.get("labels") or {}).get("trainop.dev/job-name")
-    return (str(meta.get("namespace")), str(job)) if job else None
+    return job_key(str(meta.get("namespace")), str(job)) if job else None
 
 
-def _remember_workload(event: Mapping[str, Any], body: Mapping[str, Any]) -> Key | None:
+def _remember_workload(event: Mapping[str, Any], body: Mapping[str, Any]) -> JobKey | None:
     """Cache a Workload trainop made under its job's key; the key (None: not trainop's)."""
     key = _job_key(body)
     if key is None:
@@ -73,8 +73,8 @@ def _remember(plural: str, event: Mapping[str, Any], body: Mapping[str, Any]) ->
 
 
 def register(
-    reconcile: Callable[[Key], Awaitable[None]],
-    jobs: Callable[[], Collection[Key]],
+    reconcile: Callable[[JobKey], Awaitable[None]],
+    jobs: Callable[[], Collection[JobKey]],
     leader: Callable[[], bool],
     api: Callable[[], KubeApi | None],
 ) -> None:
@@ -88,7 +88,7 @@ def register(
     async def on_job(
         event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
     ) -> None:
-        wl = Cache.workloads.get((namespace, name))
+        wl = Cache.workloads.get(job_key(namespace, name))
         client = api()
         if event.get("type") != "DELETED" or wl is None or client is None or not leader():
             return
@@ -148,7 +148,7 @@ def _priority(body: Mapping[str, Any], pod_priorities: Mapping[str, int]) -> int
 
 async def gate(
     api: KubeApi,
-    key: Key,
+    key: JobKey,
     body: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     config: OperatorConfig,
@@ -208,7 +208,7 @@ async def _patch_status(api: KubeApi, wl: Mapping[str, Any], patch: Mapping[str,
 
 async def _suspension(
     api: KubeApi,
-    key: Key,
+    key: JobKey,
     body: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     wl: Mapping[str, Any],
@@ -220,7 +220,7 @@ async def _suspension(
     name = wl["metadata"]["name"]
     if rules.active(wl) == suspended:
         patch = {"spec": {"active": not suspended}}
-        await asyncio.to_thread(writes.patch_workload, api, key[0], name, patch)
+        await asyncio.to_thread(writes.patch_workload, api, split_key(key)[0], name, patch)
     if suspended and not pods and found.state == "evicted" and found.reserved:
         await _patch_status(api, wl, rules.requeued_status(wl, _now()))  # Requeued False
     return suspended
@@ -256,7 +256,7 @@ async def _create(
 async def _tear_down(
     api: KubeApi,
     state: ShellState,
-    key: Key,
+    key: JobKey,
     body: Mapping[str, Any],
     live: Sequence[Mapping[str, Any]],
     found: rules.KueueVerdict,
@@ -271,11 +271,11 @@ async def _tear_down(
         message = f"Kueue evicted the Workload ({found.reason}): {found.message}"
         status = preempted_status(body, rules.EVICTED, message, _now())
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], status, body.get("status") or {}
+            api.patch_job_status, *split_key(key), status, body.get("status") or {}
         )
         if written is not None:
             state.record_written(key, written)
         await asyncio.to_thread(api.post_event, body, "Warning", rules.EVICTED, message)
-        log.info("%s/%s: %s; deleting its %d pods", *key, message, len(live))
+        log.info("%s: %s; deleting its %d pods", key, message, len(live))
     for pod in live:
-        await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
+        await asyncio.to_thread(api.delete_pod, split_key(key)[0], pod["metadata"]["name"])

@@ -34,8 +34,8 @@ from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue
 from trainop.handlers.progress import ProgressService, serve
-from trainop.handlers.scheduler import AdmissionLoop, key_of
-from trainop.handlers.state import JobMemory, Key, ShellState
+from trainop.handlers.scheduler import AdmissionLoop
+from trainop.handlers.state import JobKey, JobMemory, ShellState, job_key, split_key
 from trainop.inventory.pods import is_gated
 from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
@@ -316,8 +316,8 @@ async def on_pod_event(
     else:
         Runtime.state.upsert_pod(body)
     job = labels.get(c.LABEL_JOB_NAME)
-    if job and (namespace, job) in Runtime.state.jobs:
-        await reconcile_job((namespace, job))
+    if job and job_key(namespace, job) in Runtime.state.jobs:
+        await reconcile_job(job_key(namespace, job))
 
 
 @kopf.on.event(JOBS)
@@ -327,12 +327,12 @@ async def on_job_event(
     if event.get("type") == "DELETED":
         Runtime.state.remove_job(namespace, name)  # its lock and requeue go with it
         if Runtime.progress is not None:
-            Runtime.progress.forget((namespace, name))
+            Runtime.progress.forget(job_key(namespace, name))
         if Runtime.state.leader:
             _spawn(_delete_pods(namespace, name))
         return
     Runtime.state.upsert_job(body)
-    await reconcile_job((namespace, name))
+    await reconcile_job(job_key(namespace, name))
 
 
 async def _resync_forever() -> None:
@@ -371,7 +371,7 @@ async def _delete_pods(namespace: str, name: str) -> None:
 
 
 # --- one job ------------------------------------------------------------------------------
-def _requeue(key: Key, delay: float) -> None:
+def _requeue(key: JobKey, delay: float) -> None:
     """Run the reconcile again after `delay` unless something else runs it first."""
     mem = Runtime.state.jobs.get(key)
     if mem is None:
@@ -382,7 +382,7 @@ def _requeue(key: Key, delay: float) -> None:
     mem.requeue = loop.call_later(max(delay, 0.2), lambda: _spawn(reconcile_job(key)))
 
 
-def _lock(key: Key) -> asyncio.Lock | None:
+def _lock(key: JobKey) -> asyncio.Lock | None:
     """The job's lock, held by its reconcile and its evictions (None: the job is gone)."""
     mem = Runtime.state.jobs.get(key)
     if mem is None:
@@ -392,7 +392,7 @@ def _lock(key: Key) -> asyncio.Lock | None:
     return mem.lock
 
 
-def _admission_for(key: Key, body: Mapping[str, Any], live: bool) -> Admission | None:
+def _admission_for(key: JobKey, body: Mapping[str, Any], live: bool) -> Admission | None:
     """The loop's verdict for a job without live pods. Not decided yet: the job's current
     wait as its status shows it, so nothing is written until the loop has spoken (None for
     a job that has no status yet: nothing to carry out before the first verdict)."""
@@ -426,7 +426,7 @@ def _resize(admission: Admission, uid: str | None, meta: Mapping[str, Any]) -> b
     return admission.admitted and admission.size is not None and uid == meta.get("uid")
 
 
-async def reconcile_job(key: Key) -> None:
+async def reconcile_job(key: JobKey) -> None:
     mem = Runtime.state.jobs.get(key)
     if mem is None or mem.queued:
         return  # gone, or the reconcile already waiting will see this change too
@@ -437,7 +437,7 @@ async def reconcile_job(key: Key) -> None:
         Runtime.state.drop_if_gone(key)
 
 
-async def _reconcile_locked(key: Key, mem: JobMemory) -> None:
+async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
     """The reconcile of one job under its lock, then its requeue."""
     if mem.lock is None:
         mem.lock = asyncio.Lock()
@@ -483,7 +483,7 @@ async def _reconcile_locked(key: Key, mem: JobMemory) -> None:
                 state.priorities,
                 fleet=state.fleet,
             )
-            await _apply(key[0], key[1], body, acts)
+            await _apply(*split_key(key), body, acts)
             mem.failures = 0
             if admission.admitted and (admission.plan is not None or admission.size is not None):
                 mem.verdict = None  # carried out: the next gang decides anew
@@ -500,7 +500,7 @@ async def _reconcile_locked(key: Key, mem: JobMemory) -> None:
         _requeue(key, acts.requeue_after)
 
 
-async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> None:
+async def _report_failure(key: JobKey, body: Mapping[str, Any], exc: Exception) -> None:
     """A decision could not be carried out: free what was assumed, then either retry with
     capped backoff (transient) or, for good (permanent), delete what was half-created and
     tell the user on the job's status and in a Warning Event."""
@@ -512,7 +512,7 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
     state.forget(key)
     mem.verdict = None
     failure = classify(exc)
-    log.warning("reconcile of %s/%s failed (%s): %s", *key, failure.kind, failure.message)
+    log.warning("reconcile of %s failed (%s): %s", key, failure.kind, failure.message)
     if not failure.permanent:
         mem.failures += 1
         attempt = mem.failures
@@ -523,14 +523,15 @@ async def _report_failure(key: Key, body: Mapping[str, Any], exc: Exception) -> 
         return
     api = Runtime.api
     assert api is not None
+    namespace = split_key(key)[0]
     with contextlib.suppress(Exception):
         for pod in made:
-            state.drop_created(key[0], pod["metadata"]["name"])
-            await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
+            state.drop_created(namespace, pod["metadata"]["name"])
+            await asyncio.to_thread(api.delete_pod, namespace, pod["metadata"]["name"])
         now = datetime.now(UTC).replace(tzinfo=None)
         status, events = rejected_status(body, failure.message, now)
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], status, body.get("status") or {}
+            api.patch_job_status, *split_key(key), status, body.get("status") or {}
         )
         if written is not None:
             state.record_written(key, written)
@@ -570,7 +571,9 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     pods = [o for o in acts.create if o["kind"] == "Pod"]
     if pods:  # taken before the first await: no other job's reconcile plans on these GPUs
         held = {p["metadata"]["name"]: state.holding(p) for p in pods}
-        state.assume((ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic())
+        state.assume(
+            job_key(ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic()
+        )
     admitted_first = _admits(body, acts)
     if admitted_first:
         await _write_status(ns, name, body, acts.status)
@@ -661,7 +664,7 @@ async def _write_status(
         return
     written = await asyncio.to_thread(api.patch_job_status, ns, name, status, old)
     if written is not None:
-        Runtime.state.record_written((ns, name), written)
+        Runtime.state.record_written(job_key(ns, name), written)
     old_phase, new_phase = old.get("phase"), status.get("phase")
     if new_phase and new_phase != old_phase:
         metrics.observe_transition(body, old_phase, new_phase, status)
@@ -694,7 +697,7 @@ async def evict(decision: JobDecision, now: datetime) -> None:
     Under the job's lock, as a reconcile: a reconcile of the victim already under way would
     otherwise write its status, computed before the eviction, over the Preempted condition.
     """
-    key = key_of(decision.key)
+    key = decision.key
     lock = _lock(key)
     if lock is None:
         return  # gone: nothing to evict
@@ -706,7 +709,7 @@ async def evict(decision: JobDecision, now: datetime) -> None:
 
 
 async def _evict(
-    key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime, note: str = ""
+    key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime, note: str = ""
 ) -> None:
     api = Runtime.api
     assert api is not None
@@ -722,19 +725,19 @@ async def _evict(
         message = f"{decision.message}; {note}" if note else decision.message
         status = preempted_status(victim, decision.reason, message, now)
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], status, victim.get("status") or {}
+            api.patch_job_status, *split_key(key), status, victim.get("status") or {}
         )
         if written is not None:
             Runtime.state.record_written(key, written)
         metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
         await _event(victim, "Warning", "Preempted", message)
     for pod in live:
-        await asyncio.to_thread(api.delete_pod, key[0], pod["metadata"]["name"])
+        await asyncio.to_thread(api.delete_pod, split_key(key)[0], pod["metadata"]["name"])
 
 
 # --- checkpoint before eviction (trainop.progress, docs/progress.md) ------------------------
 async def _checkpoint_first(
-    key: Key, victim: Mapping[str, Any], decision: JobDecision, now: datetime
+    key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime
 ) -> bool:
     """Whether the eviction waits for a checkpoint: the job asks for one (spec.checkpoint),
     its pods can be told (the report endpoint is on). Writes status.checkpointRequest once
@@ -757,7 +760,7 @@ async def _checkpoint_first(
         api = Runtime.api
         assert api is not None
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], {"checkpointRequest": request}, {}
+            api.patch_job_status, *split_key(key), {"checkpointRequest": request}, {}
         )
         if written is None:
             return False
@@ -774,7 +777,7 @@ async def _checkpoint_first(
     return True
 
 
-async def _wait_then_evict(key: Key, decision: JobDecision, request: Mapping[str, Any]) -> None:
+async def _wait_then_evict(key: JobKey, decision: JobDecision, request: Mapping[str, Any]) -> None:
     """Wait for a checkpoint newer than `request` (or its deadline), then evict."""
     service = Runtime.progress
     assert service is not None

@@ -30,7 +30,7 @@ from aiohttp import web
 from trainop import metrics, progress
 from trainop.api import constants as c
 from trainop.api.progress import PROGRESS_AUDIENCE
-from trainop.handlers.state import Key, ShellState
+from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube.client import KubeApi
 
 log = logging.getLogger("trainop.progress")
@@ -54,10 +54,10 @@ class ProgressService:
     ) -> None:
         self.api, self.state, self.interval, self.clock = api, state, interval, clock
         self.reviews: dict[str, tuple[progress.ReportingPod, float]] = {}
-        self.latest: dict[Key, dict[str, Any]] = {}
-        self.written_at: dict[Key, float] = {}
-        self.checkpointed: dict[Key, asyncio.Event] = {}
-        self.trailing: dict[Key, asyncio.Future[None]] = {}
+        self.latest: dict[JobKey, dict[str, Any]] = {}
+        self.written_at: dict[JobKey, float] = {}
+        self.checkpointed: dict[JobKey, asyncio.Event] = {}
+        self.trailing: dict[JobKey, asyncio.Future[None]] = {}
 
     async def identify(self, request: web.Request) -> progress.ReportingPod:
         header = request.headers.get("Authorization", "")
@@ -78,17 +78,17 @@ class ProgressService:
         self.reviews[digest] = (who, now + REVIEW_TTL)
         return who
 
-    def job_key(self, who: progress.ReportingPod) -> tuple[Key, dict[str, Any]]:
+    def job_key(self, who: progress.ReportingPod) -> tuple[JobKey, dict[str, Any]]:
         state = self.state()
         pod = state.pods.get((who.namespace, who.pod))
         name = (((pod or {}).get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_NAME, "")
-        key = (who.namespace, str(name))
+        key = job_key(who.namespace, str(name))
         job = state.job(key) if name else None
         progress.job_of_pod(pod, who, job)
         assert job is not None and pod is not None
         return key, pod
 
-    def answer(self, key: Key) -> dict[str, Any]:
+    def answer(self, key: JobKey) -> dict[str, Any]:
         """What the pod learns: whether a checkpoint is wanted, since when."""
         job = self.state().job(key) or {}
         spec_ckpt = (job.get("spec") or {}).get("checkpoint") or {}
@@ -102,7 +102,7 @@ class ProgressService:
             "signal": spec_ckpt.get("signal", "SIGUSR1"),
         }
 
-    async def accept(self, key: Key, pod: Mapping[str, Any], report: progress.Report) -> str:
+    async def accept(self, key: JobKey, pod: Mapping[str, Any], report: progress.Report) -> str:
         """Fold the report in; write status.progress when the throttle allows."""
         job = self.state().job(key) or {}
         stored = (job.get("status") or {}).get("progress")
@@ -116,7 +116,7 @@ class ProgressService:
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
         self.latest[key] = new
-        metrics.observe_progress(key[0], key[1], new)
+        metrics.observe_progress(*split_key(key), new)
         clock = self.clock()
         if not progress.should_write(stored, new, self.written_at.get(key), clock, self.interval):
             if key not in self.trailing:  # the newest report is written when the interval ends
@@ -126,20 +126,20 @@ class ProgressService:
         return "accepted"
 
     async def _write(
-        self, key: Key, stored: Mapping[str, Any] | None, new: Mapping[str, Any]
+        self, key: JobKey, stored: Mapping[str, Any] | None, new: Mapping[str, Any]
     ) -> None:
         api = self.api()
         assert api is not None
         self.written_at[key] = self.clock()
         written = await asyncio.to_thread(
-            api.patch_job_status, key[0], key[1], {"progress": dict(new)}, {}
+            api.patch_job_status, *split_key(key), {"progress": dict(new)}, {}
         )
         if written is not None:
             self.state().record_written(key, written)
         if (stored or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
             self.checkpointed.setdefault(key, asyncio.Event()).set()
 
-    async def _trailing(self, key: Key, clock: float) -> None:
+    async def _trailing(self, key: JobKey, clock: float) -> None:
         """Write a throttled job's newest progress once its interval is over (so the last
         report before a trainer exits is not lost)."""
         try:
@@ -151,18 +151,18 @@ class ProgressService:
             if job is not None and new is not None and new != stored:
                 await self._write(key, stored, new)
         except Exception as err:  # the API server away: the next report tries again
-            log.warning("progress write for %s/%s failed: %s", key[0], key[1], err)
+            log.warning("progress write for %s failed: %s", key, err)
         finally:
             self.trailing.pop(key, None)
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: JobKey) -> None:
         task = self.trailing.pop(key, None)
         if task is not None:
             task.cancel()
         self.latest.pop(key, None)
         self.written_at.pop(key, None)
         self.checkpointed.pop(key, None)
-        metrics.forget_job(*key)
+        metrics.forget_job(*split_key(key))
 
 
 async def _handle(service: ProgressService, request: web.Request) -> web.Response:

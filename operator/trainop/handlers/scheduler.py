@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainop import metrics
-from trainop.handlers.state import Key, ShellState
+from trainop.handlers.state import JobKey, ShellState
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
@@ -85,11 +85,6 @@ def _worth_telling(old: Verdict | None, new: Verdict, now: float) -> bool:
 
 # Decisions that reach the job: a verdict to carry out (elastic resizes included).
 _TOLD = (Action.ADMIT, Action.WAIT, Action.GROW, Action.SHRINK)
-
-
-def key_of(job_key: str) -> Key:
-    ns, name = job_key.split("/", 1)
-    return (ns, name)
 
 
 def _backoff_left(body: Mapping[str, Any], config: OperatorConfig, now: datetime) -> float:
@@ -151,16 +146,15 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
         if wait > 0:
             work.later.append(started + wait)
             continue
-        job_key = f"{key[0]}/{key[1]}"
         work.bodies.append(body)
-        work.signatures[job_key] = signature = (key, state.intake_signature(key), config)
+        work.signatures[key] = signature = (key, state.intake_signature(key), config)
         kept = mem.intake
         if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
-            work.known[job_key] = kept[1]
+            work.known[key] = kept[1]
             continue
-        work.pods[job_key] = state.job_pods(key, body["metadata"].get("uid"))
+        work.pods[key] = state.job_pods(key, body["metadata"].get("uid"))
         if mem.assumed is not None:
-            work.assumed[job_key] = state.assumed_holding(key)
+            work.assumed[key] = state.assumed_holding(key)
     return work
 
 
@@ -171,7 +165,7 @@ class AdmissionLoop:
         self,
         state: ShellState,
         config: Callable[[], OperatorConfig],
-        reconcile: Callable[[Key], Awaitable[None]],
+        reconcile: Callable[[JobKey], Awaitable[None]],
         evict: Callable[[JobDecision, datetime], Awaitable[None]],
         publish: Callable[[PassResult], Awaitable[None]],
         debounce: float = 0.05,
@@ -228,12 +222,11 @@ class AdmissionLoop:
             decide, now, work.bodies, work.pods, inputs, snapshot, config, work.assumed, work.known
         )
         decided = time.monotonic()
-        for job_key, job in result.intakes.items():
-            signature = work.signatures[job_key]
-            mem = state.jobs.get(signature[0])
+        for key, job in result.intakes.items():
+            mem = state.jobs.get(key)
             if mem is not None:  # else gone while the decision ran
-                mem.intake = (signature, job)
-        changed = self._record(result, {f"{k[0]}/{k[1]}": k for k in state.jobs}, started)
+                mem.intake = (work.signatures[key], job)
+        changed = self._record(result, started)
         for decision in result.decisions.jobs.values():
             if decision.action == Action.PREEMPT:
                 await self.evict(decision, now)
@@ -273,15 +266,14 @@ class AdmissionLoop:
             *phases,
         )
 
-    def _record(self, result: PassResult, keys: Mapping[str, Key], now: float) -> list[Key]:
+    def _record(self, result: PassResult, now: float) -> list[JobKey]:
         """Store verdicts and assume admitted gangs; return the jobs whose verdict changed."""
         state = self.state
-        changed: list[Key] = []
-        for job_key, decision in result.decisions.jobs.items():
-            key = keys.get(job_key)
-            mem = state.jobs.get(key) if key else None
+        changed: list[JobKey] = []
+        for key, decision in result.decisions.jobs.items():
+            mem = state.jobs.get(key)
             body = mem.newest() if mem is not None else None
-            if key is None or mem is None or body is None or decision.action not in _TOLD:
+            if mem is None or body is None or decision.action not in _TOLD:
                 continue
             meta = body["metadata"]
             old = mem.verdict

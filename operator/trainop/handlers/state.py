@@ -47,7 +47,20 @@ from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 if TYPE_CHECKING:
     from trainop.handlers.scheduler import Verdict
 
-Key = tuple[str, str]  # (namespace, name)
+# A job's key, in the shell and in queueing alike (QueuedJob.key, JobDecision.key,
+# `queueing.cluster.job_key`): "namespace/name". A pod's key is the pair (namespace, name).
+JobKey = str
+PodKey = tuple[str, str]
+
+
+def job_key(namespace: str, name: str) -> JobKey:
+    return f"{namespace}/{name}"
+
+
+def split_key(key: JobKey) -> tuple[str, str]:
+    """(namespace, name) of a job key, for the API calls that take them apart."""
+    namespace, _, name = key.partition("/")
+    return namespace, name
 
 
 def _rv(body: Mapping[str, Any] | None) -> int:
@@ -131,25 +144,25 @@ class ShellState:
     node_bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     hostnames: dict[str, str] = field(default_factory=dict)  # hostname label -> node name
     _hostname_of: dict[str, str] = field(default_factory=dict)  # node name -> its hostname
-    pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    pod_gpus: dict[Key, tuple[str, str, int]] = field(default_factory=dict)  # kind, value, gpus
-    _pods_on: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # by value
-    pods_of_job: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))
-    jobs: dict[Key, JobMemory] = field(default_factory=dict)
+    pods: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
+    pod_gpus: dict[PodKey, tuple[str, str, int]] = field(default_factory=dict)  # kind, node, GPUs
+    _pods_on: dict[str, set[PodKey]] = field(default_factory=lambda: defaultdict(set))  # by node
+    pods_of_job: dict[JobKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     priorities: dict[str, int] = field(default_factory=dict)
     fabrics: dict[str, FabricProfile] = field(default_factory=dict)
-    _assuming: set[Key] = field(default_factory=set)  # the jobs whose record has `assumed`
+    _assuming: set[JobKey] = field(default_factory=set)  # the jobs whose record has `assumed`
     # Pods we created that the watch has not shown yet (by pod; per job in its record's
     # `created`): the reconcile counts them as present, so a gang seen half-way through the
     # watch is never taken for a broken one.
-    inflight: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    inflight: dict[PodKey, dict[str, Any]] = field(default_factory=dict)
     inflight_ttl: float = 600.0
-    _inflight_at: dict[Key, float] = field(default_factory=dict)
+    _inflight_at: dict[PodKey, float] = field(default_factory=dict)
     # Pods we released (removed trainop's gate from) that the watch still shows gated: not
     # released again by every reconcile until the watch catches up.
-    released: dict[Key, float] = field(default_factory=dict)  # pod -> when (monotonic)
+    released: dict[PodKey, float] = field(default_factory=dict)  # pod -> when (monotonic)
     queue_status: dict[str, dict[str, Any]] = field(default_factory=dict)
     synced: bool = False
     # Leader election (kube.lease): a standby keeps every cache warm but decides nothing
@@ -188,7 +201,7 @@ class ShellState:
         if self.on_change is not None and self.synced:
             self.on_change()
 
-    def memory(self, key: Key) -> JobMemory:
+    def memory(self, key: JobKey) -> JobMemory:
         """The job's record, made on first sight (its watch event, or our own assumption
         or create for it)."""
         mem = self.jobs.get(key)
@@ -196,7 +209,7 @@ class ShellState:
             mem = self.jobs[key] = JobMemory()
         return mem
 
-    def _changed_job(self, key: Key) -> None:
+    def _changed_job(self, key: JobKey) -> None:
         """Something the job's intake reads changed: its body, pods or assumption."""
         mem = self.jobs.get(key)
         if mem is not None:
@@ -206,7 +219,7 @@ class ShellState:
         self.inputs_revision += 1
         self.touch()
 
-    def intake_signature(self, key: Key) -> tuple[int, int, int]:
+    def intake_signature(self, key: JobKey) -> tuple[int, int, int]:
         """What a job's intake depends on besides the config: equal signatures, equal
         QueuedJob (the cycle keeps the config object with it and compares that too)."""
         mem = self.jobs.get(key)
@@ -279,11 +292,12 @@ class ShellState:
             self.released.pop(key, None)
         job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
-            self.pods_of_job[(key[0], job)].add(key[1])
-            self._changed_job((key[0], job))
-            if (key[0], job) in self._assuming:
+            jk = job_key(key[0], job)
+            self.pods_of_job[jk].add(key[1])
+            self._changed_job(jk)
+            if jk in self._assuming:
                 self.revision += 1  # what its assumption still holds changed: snapshot stale
-            self._settle_assumed((key[0], job))
+            self._settle_assumed(jk)
         new_gpus = self.holding(slim)
         self._place_pod(key, old_gpus, new_gpus)
         if old_gpus != new_gpus:
@@ -298,20 +312,21 @@ class ShellState:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
         if job:
-            self._changed_job((namespace, job))
-            if (namespace, job) in self._assuming:
+            jk = job_key(namespace, job)
+            self._changed_job(jk)
+            if jk in self._assuming:
                 self.revision += 1  # its assumption holds this pod's GPUs again
-            names = self.pods_of_job.get((namespace, job))
+            names = self.pods_of_job.get(jk)
             if names is not None:
                 names.discard(name)
                 if not names:
-                    del self.pods_of_job[(namespace, job)]
+                    del self.pods_of_job[jk]
         if self.pod_gpus.get(key) is not None:
             self._place_pod(key, self.pod_gpus[key], None)
             self.touch()
 
     def _place_pod(
-        self, key: Key, old: tuple[str, str, int] | None, new: tuple[str, str, int] | None
+        self, key: PodKey, old: tuple[str, str, int] | None, new: tuple[str, str, int] | None
     ) -> None:
         """Keep pod_gpus and its index by node (name or hostname) in step."""
         if old is not None:
@@ -348,7 +363,7 @@ class ShellState:
         shown by then, e.g. lost to a conflict, is sent again)."""
         return [p for p in pods if now - self.released.get((namespace, p), -1e9) > 30.0]
 
-    def job_pods(self, key: Key, uid: str | None) -> list[dict[str, Any]]:
+    def job_pods(self, key: JobKey, uid: str | None) -> list[dict[str, Any]]:
         """The job's pods (label job-name and an owner reference to this job's uid), with
         the ones we created that the watch has not shown yet."""
         out = []
@@ -356,8 +371,9 @@ class ShellState:
         mem = self.jobs.get(key)
         if mem is not None and mem.created:
             names.update(mem.created)
+        namespace = split_key(key)[0]
         for name in sorted(names):
-            pod = self.pods.get((key[0], name)) or self.inflight.get((key[0], name))
+            pod = self.pods.get((namespace, name)) or self.inflight.get((namespace, name))
             if pod is None:
                 continue
             owners = pod["metadata"].get("ownerReferences") or []
@@ -367,7 +383,7 @@ class ShellState:
 
     # --- jobs and the small kinds ----------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> None:
-        key = (body["metadata"].get("namespace") or "default", body["metadata"]["name"])
+        key = job_key(body["metadata"].get("namespace") or "default", body["metadata"]["name"])
         mem = self.memory(key)
         mem.seen = self.clock()
         old, newest = mem.body, mem.newest()
@@ -386,7 +402,7 @@ class ShellState:
         pods created for it count no more, its requeue is cancelled). Only a lock that a
         reconcile or an eviction holds now is kept, in an empty record, so a job made
         again under the name waits for it; `drop_if_gone` removes that record after."""
-        key = (namespace, name)
+        key = job_key(namespace, name)
         self._drop_inflight(key)
         mem = self.jobs.pop(key, None)
         if mem is not None:
@@ -397,7 +413,7 @@ class ShellState:
                 self.jobs[key] = JobMemory(lock=mem.lock)
         self.touch()
 
-    def drop_if_gone(self, key: Key) -> None:
+    def drop_if_gone(self, key: JobKey) -> None:
         """Drop the record of a job that is gone once nothing of the shell's is under way."""
         mem = self.jobs.get(key)
         if mem is not None and mem.idle():
@@ -405,7 +421,7 @@ class ShellState:
             if mem.requeue is not None:
                 mem.requeue.cancel()
 
-    def is_rejected(self, key: Key, body: Mapping[str, Any]) -> bool:
+    def is_rejected(self, key: JobKey, body: Mapping[str, Any]) -> bool:
         """The API server refused this job's current generation for good: out of line,
         holding nothing, until its spec changes."""
         mem = self.jobs.get(key)
@@ -415,13 +431,13 @@ class ShellState:
             and mem.rejected_generation == body["metadata"].get("generation")
         )
 
-    def reject(self, key: Key, generation: int | None) -> None:
+    def reject(self, key: JobKey, generation: int | None) -> None:
         """The API server refused this generation of the job for good."""
         mem = self.jobs.get(key)
         if mem is not None:
             mem.rejected, mem.rejected_generation = True, generation
 
-    def record_written(self, key: Key, body: Mapping[str, Any]) -> None:
+    def record_written(self, key: JobKey, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
         mem = self.jobs.get(key)
         before = None if mem is None else mem.newest()
@@ -432,7 +448,7 @@ class ShellState:
         if _finished(before, body):
             self.touch()
 
-    def job(self, key: Key) -> dict[str, Any] | None:
+    def job(self, key: JobKey) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
         mem = self.jobs.get(key)
         return None if mem is None else mem.newest()
@@ -505,11 +521,11 @@ class ShellState:
             elif kind == "nodes":
                 self.remove_node(key)
             else:
-                self.remove_job(*key)
+                self.remove_job(*split_key(key))
         return len(gone)
 
     # --- assume / forget -----------------------------------------------------------------
-    def assume(self, key: Key, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
+    def assume(self, key: JobKey, pods: Mapping[str, tuple[str, str, int]], now: float) -> None:
         """Count a gang's GPUs as used from now on (its pods are about to be created)."""
         mem = self.memory(key)
         mem.assumed = Assumed(dict(pods), now + self.assume_ttl)
@@ -529,41 +545,42 @@ class ShellState:
             self._inflight_at[key] = now
             job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
             if job:
-                mem = self.memory((key[0], job))
+                mem = self.memory(job_key(key[0], job))
                 if mem.created is None:
                     mem.created = set()
                 mem.created.add(key[1])
                 mem.version += 1
             self.revision += 1  # counted from now on: the cached snapshot is stale
 
-    def _pop_inflight(self, pod_key: Key) -> None:
+    def _pop_inflight(self, pod_key: PodKey) -> None:
         pod = self.inflight.pop(pod_key, None)
         self._inflight_at.pop(pod_key, None)
         if pod is None:
             return
         self.revision += 1  # no longer counted as created: the cached snapshot is stale
         job = (pod["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
-        mem = self.jobs.get((pod_key[0], job)) if job else None
+        jk = job_key(pod_key[0], job) if job else ""
+        mem = self.jobs.get(jk) if job else None
         if mem is not None:
             mem.version += 1
             if mem.created is not None:
                 mem.created.discard(pod_key[1])
                 if not mem.created:
                     mem.created = None
-            self.drop_if_gone((pod_key[0], job))
+            self.drop_if_gone(jk)
 
     def drop_created(self, namespace: str, name: str) -> None:
         """A pod we created and then deleted before the watch showed it."""
         self._pop_inflight((namespace, name))
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: JobKey) -> None:
         """Drop an assumption (the create failed, or the job went away): GPUs free again."""
         self._drop_inflight(key)
         if self._unassume(key):
             self.touch()
         self.drop_if_gone(key)
 
-    def _unassume(self, key: Key) -> bool:
+    def _unassume(self, key: JobKey) -> bool:
         """Drop the job's assumption; whether it had one."""
         if key not in self._assuming:
             return False
@@ -573,12 +590,13 @@ class ShellState:
         mem.version += 1
         return True
 
-    def _drop_inflight(self, key: Key) -> None:
+    def _drop_inflight(self, key: JobKey) -> None:
         mem = self.jobs.get(key)
+        namespace = split_key(key)[0]
         for name in list(mem.created or ()) if mem is not None else ():
-            self._pop_inflight((key[0], name))
+            self._pop_inflight((namespace, name))
 
-    def expire(self, now: float) -> list[Key]:
+    def expire(self, now: float) -> list[JobKey]:
         """Forget assumptions older than `assume_ttl` (the gang was never created) and
         created pods the watch has not shown for `inflight_ttl` (gone before we saw them);
         created pods themselves stay counted until then."""
@@ -596,16 +614,16 @@ class ShellState:
         """When each assumption runs out (monotonic): the loop wakes up then."""
         return [self._assumed(k).expires for k in self._assuming]
 
-    def _assumed(self, key: Key) -> Assumed:
+    def _assumed(self, key: JobKey) -> Assumed:
         assumed = self.jobs[key].assumed
         assert assumed is not None  # _assuming indexes the records that have one
         return assumed
 
-    def _settle_assumed(self, key: Key) -> None:
+    def _settle_assumed(self, key: JobKey) -> None:
         if key in self._assuming and not self._assumed(key).pending(self.pods_of_job.get(key, ())):
             self._unassume(key)  # every pod is visible: the pod cache counts them now
 
-    def assumed_holding(self, key: Key) -> tuple[tuple[str, int], ...]:
+    def assumed_holding(self, key: JobKey) -> tuple[tuple[str, int], ...]:
         """GPUs per node an assumed gang holds (for admission: the job counts as admitted)."""
         if key not in self._assuming:
             return ()
@@ -626,11 +644,12 @@ class ShellState:
         """GPUs per node of assumed gangs' pods not yet seen, and of pods we created that
         the watch has not shown (and no assumption counts): small, so kept from scratch."""
         used: dict[str, int] = defaultdict(int)
-        counted: set[Key] = set()
+        counted: set[PodKey] = set()
         for key in self._assuming:
             pending = self._assumed(key).pending(self.pods_of_job.get(key, ()))
+            namespace = split_key(key)[0]
             for pod_name, (kind, value, gpus) in pending.items():
-                counted.add((key[0], pod_name))
+                counted.add((namespace, pod_name))
                 node = self._node_of(kind, value)
                 if node is not None:
                     used[node] += gpus
@@ -710,16 +729,16 @@ class ShellState:
             self._fleet_revision = self.node_revision
         return self._fleet
 
-    def jobs_on_node(self, name: str) -> list[Key]:
+    def jobs_on_node(self, name: str) -> list[JobKey]:
         """Jobs with a pod bound or pinned to node `name` (its change may end their gang)."""
         values = {name, self._hostname_of.get(name, name)}
-        out: set[Key] = set()
+        out: set[JobKey] = set()
         for value in values:
             for ns, pod_name in self._pods_on.get(value, ()):
                 labels = self.pods[(ns, pod_name)]["metadata"].get("labels") or {}
                 job = labels.get(c.LABEL_JOB_NAME)
-                if job and (ns, job) in self.jobs:
-                    out.add((ns, job))
+                if job and job_key(ns, job) in self.jobs:
+                    out.add(job_key(ns, job))
         return sorted(out)
 
 
@@ -727,7 +746,8 @@ def _list_key(kind: str, body: Mapping[str, Any]) -> Any:
     meta = body.get("metadata") or {}
     if kind == "nodes":
         return str(meta.get("name"))
-    return (str(meta.get("namespace") or "default"), str(meta.get("name")))
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+    return job_key(namespace, name) if kind == "trainingjobs" else (namespace, name)
 
 
 def _load_fabric(state: ShellState, body: Mapping[str, Any]) -> None:
