@@ -38,6 +38,7 @@ from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
 from trainop.queueing.model import Action, JobDecision, QueueState
+from trainop.queueing.tail import TailMemo
 from trainop.reconcile import Admission, backoff_seconds, parse_time
 
 log = logging.getLogger("trainop.scheduler")
@@ -180,6 +181,7 @@ class AdmissionLoop:
         self.tasks: set[asyncio.Task[None]] = set()
         self.cycles = 0
         self.last_cycle_seconds = 0.0
+        self.tails = TailMemo()  # waiting tails kept across cycles (queueing.tail)
         state.on_change = self.wake.set
 
     async def run(self) -> None:
@@ -219,7 +221,16 @@ class AdmissionLoop:
         snapshot = state.snapshot()
         gathered = time.monotonic()
         result = await asyncio.to_thread(
-            decide, now, work.bodies, work.pods, inputs, snapshot, config, work.assumed, work.known
+            decide,
+            now,
+            work.bodies,
+            work.pods,
+            inputs,
+            snapshot,
+            config,
+            work.assumed,
+            work.known,
+            self.tails,
         )
         decided = time.monotonic()
         for key, job in result.intakes.items():

@@ -58,6 +58,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trainop.inventory import Snapshot
 from trainop.queueing import elastic
@@ -73,6 +74,7 @@ from trainop.queueing.model import (
     RECLAIM,
     TOPOLOGY,
     Action,
+    Bound,
     Decisions,
     Fit,
     GroupUsage,
@@ -87,6 +89,7 @@ from trainop.queueing.model import (
 from trainop.queueing.ordering import QueueKey, Running, line_order, queue_order
 from trainop.queueing.preemption import PreemptPlan, plan_preemption, released
 from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
+from trainop.queueing.tail import Run, TailMemo, at_position, plain_wait
 from trainop.queueing.topowait import TopologyWait, topology_wait
 
 
@@ -114,8 +117,12 @@ class _Pass:
         snapshot: Snapshot,
         place: Placer,
         topology_wait_seconds: float = 1800.0,
+        tails: TailMemo | None = None,
     ) -> None:
         self.now = now
+        self.tails = tails
+        # The placer's Unfit bases while a job behind the head is considered (queueing.tail).
+        self.bases: list[Bound | None] | None = None
         self.topology_wait_seconds = topology_wait_seconds
         self.queues: dict[str, QueueState] = {}
         for q in queues:
@@ -228,10 +235,90 @@ class _Pass:
             self.consider(job, self.queues[name])
 
     def consider_rest(self, name: str, start: int) -> None:
-        """The rest of the last live line, in its order (what the loop would pick anyway)."""
-        q = self.queues[name]
-        for job in self.lines[name][start:]:
+        """The rest of the last live line, in its order (what the loop would pick anyway).
+        With a tail memo, runs of waiting jobs behind the head take the verdicts the last
+        pass gave them when nothing they read changed (queueing.tail)."""
+        q, line = self.queues[name], self.lines[name]
+        tails = self.tails
+        run: Run | None = None
+        i = start
+        while i < len(line):
+            job = line[i]
+            if tails is None or name not in self.heads or job.elastic is not None:
+                self.end_run(name, run)
+                run = None
+                self.consider(job, q)
+                i += 1
+                continue
+            if run is None:
+                run = self.replay(q, line, i, tails)
+                i += len(run.jobs)
+                if run.jobs:
+                    continue
+            needs = self.consider_quietly(job, q)
+            if needs is None:
+                self.end_run(name, run)
+                run = None
+            else:
+                run.add(job, self.decisions[job.key], needs)
+            i += 1
+        self.end_run(name, run)
+
+    def replay(self, q: QueueState, line: list[QueuedJob], i: int, tails: TailMemo) -> Run:
+        """The verdicts a run of the last pass holds for the jobs from `line[i]` on, at
+        their positions now; returns the run to go on recording."""
+        state = self.tail_state(q)
+        kept, run = tails.replay(q.name, line, i, state, self.snapshot.memo_view())
+        base = self.waiting[q.name]
+        moved = [at_position(d, base + n) for n, d in enumerate(kept, 1)]
+        for d in moved:
+            self.decisions[d.key] = d
+        self.waiting[q.name] = base + len(moved)
+        run.decisions = moved
+        return run
+
+    def end_run(self, name: str, run: Run | None) -> None:
+        if self.tails is not None:
+            self.tails.keep(name, run)
+
+    def tail_state(self, q: QueueState) -> tuple[Any, ...]:
+        """What a waiting job behind the head reads of the pass (see queueing.tail)."""
+        ledger = self.ledger
+        running = ledger.running.get(q.name, 0) if q.max_running_jobs is not None else None
+        used = () if q.unlimited else tuple(sorted((k, v) for k, v in ledger.used.items() if v))
+        holds = tuple(
+            (h.queue, h.cohort, h.groups, h.head, h.waited, h.threshold, h.reason)
+            for h in self.holds
+        )
+        return (q, self.fleet, running, used, holds, self.snapshot.free_bound())
+
+    def consider_quietly(self, job: QueuedJob, q: QueueState) -> tuple[Any, ...] | None:
+        """Consider a job behind the head; the memo keys its verdict rests on when it is a
+        plain wait that changed nothing and rests on marked placer answers alone, else None."""
+        version, snapshot, holds = self.version, self.snapshot, len(self.holds)
+        self.bases = []
+        try:
             self.consider(job, q)
+            bases = self.bases
+        finally:
+            self.bases = None
+        quiet = (
+            version == self.version
+            and snapshot is self.snapshot
+            and holds == len(self.holds)
+            and plain_wait(self.decisions[job.key])
+            and all(b is not None for b in bases)
+        )
+        return tuple(b.needs for b in bases if b is not None) if quiet else None
+
+    def place_job(
+        self, job: QueuedJob, snapshot: Snapshot, products: tuple[str, ...] | None
+    ) -> Fit | Unfit:
+        """The placer, noting whether its answer may be kept (queueing.tail)."""
+        result = self.place(job, snapshot, products)
+        if self.bases is not None:
+            self.bases.append(result.basis if isinstance(result, Unfit) else None)
+        return result
 
     def would_borrow(self, job: QueuedJob, q: QueueState) -> bool:
         """Whether no group can take the job within its nominal quota (reclaim counts as
@@ -371,7 +458,7 @@ class _Pass:
         unfit: list[tuple[Candidate, Unfit]] = []
         spread: TopologyWait | None = None
         for c, borrow in ready:
-            result = self.place(job, self.snapshot, c.products or None)
+            result = self.place_job(job, self.snapshot, c.products or None)
             if isinstance(result, Fit):
                 wait = self.topology_wait(job, q, result)
                 if wait is None:
@@ -641,6 +728,7 @@ def admit(
     try_place: Placer,
     *,
     topology_wait_seconds: float = 1800.0,
+    tails: TailMemo | None = None,
 ) -> Decisions:
     """Decide which pending jobs are admitted now, which wait and why, and who is preempted.
 
@@ -649,11 +737,17 @@ def admit(
     every unfinished job, admitted or pending. snapshot: the cluster now, admitted jobs'
     pods holding their GPUs. try_place: the placer (see model.Placer).
     topology_wait_seconds: the bound of topology-aware waiting for queues that set none
-    (OperatorConfig.topology_wait_seconds). See the module doc.
+    (OperatorConfig.topology_wait_seconds). tails: the waiting tails of the caller's last
+    pass (queueing.tail), for the same decisions at a cost that follows what changed. See
+    the module doc.
     """
-    p = _Pass(now, queues, jobs, snapshot, try_place, topology_wait_seconds)
+    p = _Pass(now, queues, jobs, snapshot, try_place, topology_wait_seconds, tails)
+    if tails is not None:
+        tails.begin()
     p.charge_admitted()
     p.line_up()
     p.run()
     p.grow()
+    if tails is not None:
+        tails.finish()
     return p.result()

@@ -36,6 +36,7 @@ from trainop.queueing.model import (
 )
 from trainop.queueing.planning import PlannerPlacer, job_policy
 from trainop.queueing.resolve import QueueError, resolve_queue
+from trainop.queueing.tail import TailMemo
 from trainop.validation import check_priority_class, checked_spec
 
 _OUT_OF_LINE = TERMINAL_PHASES
@@ -386,9 +387,13 @@ def decide(
     config: OperatorConfig,
     assumed: Mapping[str, tuple[tuple[str, int], ...]],
     known: Mapping[str, QueuedJob | None] | None = None,
+    tails: TailMemo | None = None,
 ) -> PassResult:
     """One admission cycle over `bodies`. `known`: intakes the caller kept from an earlier
-    pass for jobs that did not change since (their pods and assumptions need not be given)."""
+    pass for jobs that did not change since (their pods and assumptions need not be given).
+    `tails`: the caller's memo of waiting tails (queueing.tail), kept across its passes; it
+    is valid for one config (the placer's answers depend on it) and for the QueuedJobs of
+    `known`, handed back as the same objects."""
     jobs: list[QueuedJob] = []
     by_key: dict[str, Mapping[str, Any]] = {}
     intakes: dict[str, QueuedJob | None] = {}
@@ -413,6 +418,7 @@ def decide(
         snapshot,
         placer,
         topology_wait_seconds=config.topology_wait_seconds,
+        tails=tails.valid_for(config) if tails is not None else None,
     )
     tree = build_tree(usable)
     if tree.children:  # a parent's status shows its whole subtree

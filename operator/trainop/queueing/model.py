@@ -317,10 +317,22 @@ class Fit:
 
 @dataclass(frozen=True)
 class Unfit:
-    """The gang cannot be placed on this snapshot: reason NoFit or Incompatible."""
+    """The gang cannot be placed on this snapshot: reason NoFit or Incompatible. `basis`:
+    set when the answer follows from the snapshot's free-GPU bound alone (queueing.tail)."""
 
     reason: str
     message: str
+    basis: Bound | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Why an Unfit holds beyond its snapshot: the same answer on any snapshot whose
+    `free_bound()` is `free` and whose memo holds `needs` (PlannerPlacer's "this job version
+    was found placeable" key, without which the planner itself would answer)."""
+
+    free: tuple[int, int]
+    needs: Any
 
 
 class Placer(Protocol):

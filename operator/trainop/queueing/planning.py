@@ -28,7 +28,15 @@ from trainop.planner import (
     plan_job,
     resolve,
 )
-from trainop.queueing.model import INCOMPATIBLE, NOFIT, Fit, QueuedJob, QueueState, Unfit
+from trainop.queueing.model import (
+    INCOMPATIBLE,
+    NOFIT,
+    Bound,
+    Fit,
+    QueuedJob,
+    QueueState,
+    Unfit,
+)
 from trainop.queueing.policy import Violation, check_policy
 
 
@@ -124,8 +132,8 @@ class PlannerPlacer:
         body = self.bodies[job.key]
         seen = _placeable_key(job, body, products)
         short = self.cannot_fit(job, body, snapshot) if seen in snapshot.memo_view() else None
-        if short is not None:
-            return Unfit(NOFIT, short)
+        if short is not None:  # the same answer wherever the free bound and `seen` are alike
+            return Unfit(NOFIT, short, basis=Bound(snapshot.free_bound(), seen))
         result = self._plan(job, body, snapshot, products)
         if isinstance(result, Fit) or result.reason == NOFIT:
             snapshot.memo(seen, lambda: True)  # compatible: later tries may take the shortcut

@@ -1,0 +1,136 @@
+"""Waiting tails kept from one admission pass to the next (pure): the jobs behind a queue's
+head that cannot start are not considered again while nothing they read has changed.
+
+Kueue parks a workload that does not fit until an event that may let it fit
+(https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/#queueing-strategy and its
+`inadmissibleWorkloads`); this module keeps the same idea but gives every job the verdict the
+full pass would give it, message and position included.
+
+Why it is exact. In the rest of a line (`admission._Pass.consider_rest`) a job that is not
+its queue's head and waits changes nothing the pass carries on: no usage is charged, the
+snapshot is not touched, no hold or head moves. Its verdict is therefore a function of the
+job and of the pass's state at its turn, the same state for a whole run of such jobs. What
+that state is, for such a job: its queue (`QueueState`), the fleet's GPU products (its quota
+candidates), the ledger's usage (and the queue's running count when it has a maximum), the
+holds, and the answers of the placer. Those answers are kept only when the placer marked them
+(`model.Unfit.basis`): PlannerPlacer's "needs 16 GPUs; the cluster has 8 free", which follows
+from the snapshot's `free_bound()` as long as the job version is known placeable (a "static"
+memo key of the snapshot). An answer of the planner itself is never kept: the job breaks the
+run and is considered again next pass.
+
+A `Run` records such a run: the state at its start, its jobs (the QueuedJob objects
+themselves; the operator hands back an unchanged job's intake as the same object) and their
+verdicts. The next pass, at the same job of the same queue, in an equal state, takes the
+verdicts of the longest prefix of the same jobs whose placeable keys are still in the memo,
+with their positions moved when jobs ahead of them left the line.
+
+Neighbours: `queueing.admission` records and replays runs; `queueing.planning` marks the
+Unfits; `queueing.cluster.decide` keeps one `TailMemo` per operator config for its caller
+(`handlers.scheduler.AdmissionLoop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainop.queueing.model import Action, JobDecision, QueuedJob
+
+
+@dataclass
+class Run:
+    """Consecutive waiting jobs of one line behind its head, decided in one pass state."""
+
+    state: tuple[Any, ...]
+    jobs: list[QueuedJob] = field(default_factory=list)
+    decisions: list[JobDecision] = field(default_factory=list)
+    needs: list[tuple[Hashable, ...]] = field(default_factory=list)  # memo keys per job
+
+    def add(self, job: QueuedJob, decision: JobDecision, needs: tuple[Hashable, ...]) -> None:
+        self.jobs.append(job)
+        self.decisions.append(decision)
+        self.needs.append(needs)
+
+
+def plain_wait(decision: JobDecision) -> bool:
+    """A wait that carries nothing but its reason, message, position and group (no
+    placement, victims, borrowing or size): the only kind a run records."""
+    return (
+        decision.action == Action.WAIT
+        and decision.placement is None
+        and not decision.victims
+        and decision.borrowed == 0
+        and decision.size is None
+    )
+
+
+def at_position(decision: JobDecision, position: int) -> JobDecision:
+    """A recorded plain wait at another position (jobs ahead of it left the line)."""
+    if decision.position == position:
+        return decision
+    d = decision
+    return JobDecision(d.key, d.queue, d.action, d.reason, d.message, position, d.group, d.gpus)
+
+
+class TailMemo:
+    """The runs of the last pass, found by any of their jobs (queue, job key -> the run and
+    the job's place in it); one per caller, kept across passes. `token`: what the placer's
+    answers also depend on (the operator config); a memo handed another token forgets."""
+
+    def __init__(self) -> None:
+        self.runs: dict[tuple[str, str], tuple[Run, int]] = {}
+        self._next: list[tuple[str, Run]] = []
+        self.token: object = None
+        self.replayed = 0  # jobs whose verdict the last pass took from a run
+
+    def valid_for(self, token: object) -> TailMemo:
+        if token is not self.token:
+            self.runs = {}
+            self.token = token
+        return self
+
+    def begin(self) -> None:
+        self._next = []
+        self.replayed = 0
+
+    def replay(
+        self,
+        queue: str,
+        line: Sequence[QueuedJob],
+        start: int,
+        state: tuple[Any, ...],
+        memo: Container[Any],
+    ) -> tuple[list[JobDecision], Run]:
+        """The recorded verdicts (positions not yet moved) of the jobs from `line[start]` on
+        that a run of the last pass holds, in an equal state; and the run this pass goes on
+        recording (those jobs already in it)."""
+        found = self.runs.get((queue, line[start].key))
+        run = Run(state)
+        if found is None or found[0].state != state:
+            return [], run
+        old, first = found
+        count = 0
+        for recorded, job, needs in zip(
+            old.jobs[first:], line[start:], old.needs[first:], strict=False
+        ):
+            if recorded is not job or any(k not in memo for k in needs):
+                break
+            count += 1
+        end = first + count
+        run.jobs, run.needs = old.jobs[first:end], old.needs[first:end]
+        run.decisions = old.decisions[first:end]
+        self.replayed += count
+        return run.decisions, run
+
+    def keep(self, queue: str, run: Run | None) -> None:
+        if run is not None and run.jobs:
+            self._next.append((queue, run))
+
+    def finish(self) -> None:
+        self.runs = {
+            (queue, job.key): (run, i)
+            for queue, run in self._next
+            for i, job in enumerate(run.jobs)
+        }
+        self._next = []
