@@ -1114,8 +1114,18 @@ def start_operator(
     import urllib.request
 
     mport, hport = kubeflow_baseline.free_port(), kubeflow_baseline.free_port()
+    # TRAINOP_BENCH_PROFILE=DIR: the operator runs under py-spy, which writes its sampled
+    # stacks (collapsed, flamegraph.pl's input) there, one file per operator start.
+    profile = os.environ.get("TRAINOP_BENCH_PROFILE")
+    spy: list[str] = []
+    if profile:
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        out = Path(profile) / f"{log.stem}-{int(time.time())}.txt"
+        spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw"]
+        spy += ["--rate", "100", "--nonblocking", "-o", str(out), "--"]
     proc = subprocess.Popen(
         [
+            *spy,
             sys.executable,
             "-m",
             "trainop.cli.main",
