@@ -568,18 +568,6 @@ def with_workers(spec: TrainingJobSpec, workers: int) -> TrainingJobSpec:
     return spec.model_copy(update={"replica_specs": roles})
 
 
-def plan_sized(
-    body: Mapping[str, Any],
-    snapshot: Snapshot,
-    config: OperatorConfig,
-    workers: int,
-    *,
-    gang_generation: int = 0,
-) -> Plan | Wait:
-    """plan_job for an elastic job at `workers` Worker pods (spec.elastic: any size in range)."""
-    return plan_job(body, snapshot, config, gang_generation=gang_generation, workers=workers)
-
-
 def plan_growth(
     body: Mapping[str, Any],
     snapshot: Snapshot,

@@ -31,10 +31,6 @@ from trainop.queueing.model import QueuedJob
 from trainop.queueing.ordering import Running, victim_order
 
 
-def is_elastic(job: QueuedJob) -> bool:
-    return job.elastic is not None
-
-
 def current(job: QueuedJob) -> int:
     """The Worker count this record stands for (max when unset)."""
     assert job.elastic is not None

@@ -42,9 +42,6 @@ class Tree:
     def in_tree(self, name: str) -> bool:
         return name in self.parent or name in self.children
 
-    def is_leaf(self, name: str) -> bool:
-        return name not in self.children
-
     def subtree(self, name: str) -> tuple[str, ...]:
         """`name` and every queue below it (parents before their children)."""
         out, todo = [], [name]
