@@ -283,6 +283,10 @@ class AdmissionLoop:
         changed: list[JobKey] = []
         for key, decision in result.decisions.jobs.items():
             mem = state.jobs.get(key)
+            if mem is not None and mem.verdict is not None and mem.verdict.source is decision:
+                # A wait of a kept tail (queueing.tail): the very decision this verdict was
+                # made from, for the same QueuedJob, so the same job version: it stands.
+                continue
             body = mem.newest() if mem is not None else None
             if mem is None or body is None or decision.action not in _TOLD:
                 continue

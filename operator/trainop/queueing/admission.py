@@ -104,6 +104,9 @@ class _Outcome:
     topology: TopologyWait | None = None
 
 
+# JobDecision.admitted, as a set to test an action against.
+_ADMITTED = frozenset((Action.ADMIT, Action.KEEP, Action.GROW, Action.SHRINK))
+
 # The one candidate of an unlimited queue (frozen: shared by every job of every pass).
 _UNLIMITED = Candidate(QuotaGroup(ANY_GROUP, (), 0), ())
 
@@ -270,9 +273,9 @@ class _Pass:
         state = self.tail_state(q)
         kept, run = tails.replay(q.name, line, i, state, self.snapshot.memo_view())
         base = self.waiting[q.name]
-        moved = [at_position(d, base + n) for n, d in enumerate(kept, 1)]
-        for d in moved:
-            self.decisions[d.key] = d
+        # Positions in a run are consecutive: when its first is right, all are.
+        moved = kept if not kept or kept[0].position == base + 1 else _moved(kept, base)
+        self.decisions.update((d.key, d) for d in moved)
         self.waiting[q.name] = base + len(moved)
         run.decisions = moved
         return run
@@ -677,40 +680,45 @@ class _Pass:
         return self.waiting[q.name]
 
     def usage(self) -> dict[str, QueueUsage]:
+        """Each queue's GPUs used and pending per group, from one walk over the decisions."""
+        used: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
+        pending: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
+        counts = {name: [0, 0] for name in self.queues}  # admitted, waiting
+        for d in self.decisions.values():
+            if d.queue not in counts:
+                continue
+            if d.action in _ADMITTED:
+                counts[d.queue][0] += 1
+                used[d.queue][d.group or ANY_GROUP] += d.gpus
+            elif d.action == Action.WAIT:
+                counts[d.queue][1] += 1
+                if d.group:
+                    pending[d.queue][d.group] += d.gpus
         out: dict[str, QueueUsage] = {}
         for name in sorted(self.queues):
-            q = self.queues[name]
-            used: dict[str, int] = defaultdict(int)
-            pending: dict[str, int] = defaultdict(int)
-            admitted = waiting = 0
-            for d in self.decisions.values():
-                if d.queue != name:
-                    continue
-                if d.admitted:
-                    admitted += 1
-                    used[d.group or ANY_GROUP] += d.gpus
-                elif d.action == Action.WAIT:
-                    waiting += 1
-                    if d.group:
-                        pending[d.group] += d.gpus
+            q, u, p = self.queues[name], used[name], pending[name]
             names = [g.name for g in q.groups]
-            names += sorted(k for k in {*used, *pending} if k not in names)
+            names += sorted(k for k in {*u, *p} if k not in names)
             groups = tuple(
                 GroupUsage(
                     k,
                     q.nominal(k),
-                    used[k],
-                    0 if q.unlimited else max(0, used[k] - q.nominal(k)),
-                    pending[k],
+                    u[k],
+                    0 if q.unlimited else max(0, u[k] - q.nominal(k)),
+                    p[k],
                 )
                 for k in names
             )
-            out[name] = QueueUsage(name, groups, admitted, waiting)
+            out[name] = QueueUsage(name, groups, *counts[name])
         return out
 
     def result(self) -> Decisions:
         ordered = {j.key: self.decisions[j.key] for j in self.jobs}
         return Decisions(jobs=ordered, usage=self.usage())
+
+
+def _moved(kept: list[JobDecision], base: int) -> list[JobDecision]:
+    return [at_position(d, base + n) for n, d in enumerate(kept, 1)]
 
 
 def _sized(job: QueuedJob) -> str:

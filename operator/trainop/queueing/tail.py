@@ -31,8 +31,10 @@ Unfits; `queueing.cluster.decide` keeps one `TailMemo` per operator config for i
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Container, Hashable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from trainop.queueing.model import Action, JobDecision, QueuedJob
@@ -110,17 +112,10 @@ class TailMemo:
         if found is None or found[0].state != state:
             return [], run
         old, first = found
-        count = 0
-        for recorded, job, needs in zip(
-            old.jobs[first:], line[start:], old.needs[first:], strict=False
-        ):
-            if recorded is not job or any(k not in memo for k in needs):
-                break
-            count += 1
-        end = first + count
+        end = first + _held(old, first, line, start, memo)
         run.jobs, run.needs = old.jobs[first:end], old.needs[first:end]
         run.decisions = old.decisions[first:end]
-        self.replayed += count
+        self.replayed += end - first
         return run.decisions, run
 
     def keep(self, queue: str, run: Run | None) -> None:
@@ -134,3 +129,21 @@ class TailMemo:
             for i, job in enumerate(run.jobs)
         }
         self._next = []
+
+
+def _held(old: Run, first: int, line: Sequence[QueuedJob], start: int, memo: Container[Any]) -> int:
+    """How many jobs from `line[start]` on are `old`'s from `first` on, with their memo
+    keys still there. The whole rest is tried first with C-level loops (the usual case: a
+    tail that did not change), then job by job up to the first difference."""
+    size = min(len(old.jobs) - first, len(line) - start)
+    jobs, needs = old.jobs[first : first + size], old.needs[first : first + size]
+    if all(map(operator.is_, jobs, line[start : start + size])) and all(
+        map(memo.__contains__, chain.from_iterable(needs))
+    ):
+        return size
+    count = 0
+    for recorded, job, keys in zip(jobs, line[start:], needs, strict=False):
+        if recorded is not job or any(k not in memo for k in keys):
+            break
+        count += 1
+    return count
