@@ -755,7 +755,7 @@ async def _checkpoint_first(
         return True
     request = (victim.get("status") or {}).get("checkpointRequest")
     if not request:  # else: asked before a restart or failover of the operator; go on waiting
-        latest = service.latest.get(key) or (victim.get("status") or {}).get("progress")
+        latest = service.latest(key) or (victim.get("status") or {}).get("progress")
         request = progress.checkpoint_request(latest, grace, "Preempted", now)
         api = Runtime.api
         assert api is not None
@@ -788,12 +788,12 @@ async def _wait_then_evict(key: JobKey, decision: JobDecision, request: Mapping[
             job = Runtime.state.job(key)
             if job is None or Runtime.stopping:
                 return
-            latest = service.latest.get(key) or (job.get("status") or {}).get("progress")
+            latest = service.latest(key) or (job.get("status") or {}).get("progress")
             done, note = progress.eviction_note(latest, request, now)
             if done:
                 break
             deadline = progress.parse_time(request.get("deadline")) or now
-            event = service.checkpointed.setdefault(key, asyncio.Event())
+            event = service.checkpointed(key)
             event.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), max(0.1, (deadline - now).total_seconds()))

@@ -42,8 +42,10 @@ MAX_BODY = 16_384
 
 
 class ProgressService:
-    """Per-replica memory of the channel: reviewed tokens, each job's newest progress (the
-    status may lag it by up to one write interval) and when it was last written."""
+    """Per-replica memory of the channel: reviewed tokens. What it keeps per job (the
+    newest progress, which status may lag by up to one write interval, when it was last
+    written, the checkpoint event, the throttled write) is in the job's JobMemory, so it
+    goes with the job."""
 
     def __init__(
         self,
@@ -54,10 +56,20 @@ class ProgressService:
     ) -> None:
         self.api, self.state, self.interval, self.clock = api, state, interval, clock
         self.reviews: dict[str, tuple[progress.ReportingPod, float]] = {}
-        self.latest: dict[JobKey, dict[str, Any]] = {}
-        self.written_at: dict[JobKey, float] = {}
-        self.checkpointed: dict[JobKey, asyncio.Event] = {}
-        self.trailing: dict[JobKey, asyncio.Future[None]] = {}
+
+    def latest(self, key: JobKey) -> dict[str, Any] | None:
+        """The job's newest progress report, None before its first (or once it is gone)."""
+        mem = self.state().jobs.get(key)
+        return None if mem is None else mem.progress
+
+    def checkpointed(self, key: JobKey) -> asyncio.Event:
+        """Set when the job reports a newer checkpoint (a detached one once it is gone)."""
+        mem = self.state().jobs.get(key)
+        if mem is None:
+            return asyncio.Event()
+        if mem.checkpointed is None:
+            mem.checkpointed = asyncio.Event()
+        return mem.checkpointed
 
     async def identify(self, request: web.Request) -> progress.ReportingPod:
         header = request.headers.get("Authorization", "")
@@ -104,9 +116,12 @@ class ProgressService:
 
     async def accept(self, key: JobKey, pod: Mapping[str, Any], report: progress.Report) -> str:
         """Fold the report in; write status.progress when the throttle allows."""
-        job = self.state().job(key) or {}
+        mem = self.state().jobs.get(key)
+        if mem is None:
+            raise progress.ReportError("the job is gone")
+        job = mem.newest() or {}
         stored = (job.get("status") or {}).get("progress")
-        old = self.latest.get(key, stored)
+        old = mem.progress if mem.progress is not None else stored
         meta = pod.get("metadata") or {}
         rank = int((meta.get("annotations") or {}).get(c.ANNOTATION_RANK) or 0)
         node = str((pod.get("spec") or {}).get("nodeName") or "")
@@ -115,12 +130,12 @@ class ProgressService:
         new = progress.fold(old, report, rank, node, now, wanted.get("totalSteps"))
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
-        self.latest[key] = new
+        mem.progress = new
         metrics.observe_progress(*split_key(key), new)
         clock = self.clock()
-        if not progress.should_write(stored, new, self.written_at.get(key), clock, self.interval):
-            if key not in self.trailing:  # the newest report is written when the interval ends
-                self.trailing[key] = asyncio.ensure_future(self._trailing(key, clock))
+        if not progress.should_write(stored, new, mem.progress_written, clock, self.interval):
+            if mem.trailing is None:  # the newest report is written when the interval ends
+                mem.trailing = asyncio.ensure_future(self._trailing(key, clock))
             return "throttled"
         await self._write(key, stored, new)
         return "accepted"
@@ -130,38 +145,39 @@ class ProgressService:
     ) -> None:
         api = self.api()
         assert api is not None
-        self.written_at[key] = self.clock()
+        mem = self.state().jobs.get(key)
+        if mem is not None:
+            mem.progress_written = self.clock()
         written = await asyncio.to_thread(
             api.patch_job_status, *split_key(key), {"progress": dict(new)}, {}
         )
         if written is not None:
             self.state().record_written(key, written)
         if (stored or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
-            self.checkpointed.setdefault(key, asyncio.Event()).set()
+            self.checkpointed(key).set()
 
     async def _trailing(self, key: JobKey, clock: float) -> None:
         """Write a throttled job's newest progress once its interval is over (so the last
         report before a trainer exits is not lost)."""
         try:
-            due = (self.written_at.get(key) or clock) + self.interval - self.clock()
+            mem = self.state().jobs.get(key)
+            written = mem.progress_written if mem is not None else None
+            due = (written or clock) + self.interval - self.clock()
             await asyncio.sleep(max(0.0, due))
             job = self.state().job(key)
-            new = self.latest.get(key)
+            new = self.latest(key)
             stored = ((job or {}).get("status") or {}).get("progress")
             if job is not None and new is not None and new != stored:
                 await self._write(key, stored, new)
         except Exception as err:  # the API server away: the next report tries again
             log.warning("progress write for %s failed: %s", key, err)
         finally:
-            self.trailing.pop(key, None)
+            mem = self.state().jobs.get(key)
+            if mem is not None and mem.trailing is asyncio.current_task():
+                mem.trailing = None
 
     def forget(self, key: JobKey) -> None:
-        task = self.trailing.pop(key, None)
-        if task is not None:
-            task.cancel()
-        self.latest.pop(key, None)
-        self.written_at.pop(key, None)
-        self.checkpointed.pop(key, None)
+        """A deleted job's series go (what it reported went with its JobMemory)."""
         metrics.forget_job(*split_key(key))
 
 

@@ -108,6 +108,13 @@ class JobMemory:
     queued: bool = False
     requeue: asyncio.TimerHandle | None = None
     checkpoint_wait: bool = False
+    # handlers.progress's: the newest progress report (status.progress may lag it by one
+    # write interval), when it was last written (monotonic), the event a checkpoint wait
+    # listens on, and the write a throttled report waits for.
+    progress: dict[str, Any] | None = None
+    progress_written: float | None = None
+    checkpointed: asyncio.Event | None = None
+    trailing: asyncio.Future[None] | None = None
 
     def newest(self) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
@@ -407,8 +414,9 @@ class ShellState:
         mem = self.jobs.pop(key, None)
         if mem is not None:
             self._assuming.discard(key)
-            if mem.requeue is not None:
-                mem.requeue.cancel()
+            for pending in (mem.requeue, mem.trailing):
+                if pending is not None:
+                    pending.cancel()
             if mem.lock is not None and mem.lock.locked():
                 self.jobs[key] = JobMemory(lock=mem.lock)
         self.touch()
