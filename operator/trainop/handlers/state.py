@@ -13,7 +13,8 @@ What it keeps, and how it stays current without rebuilding:
   first sight and dropped with the job by `remove_job`, in one place: the watch's body,
   our own status write, the admission loop's verdict, the intake kept for the job's
   version, the assumed gang, the pods created that the watch has not shown, the error
-  channel, and the shell's lock, queued flag and requeue timer for its reconcile;
+  channel, the shell's lock, queued flag and requeue timer for its reconcile, and the
+  progress endpoint's newest report and throttled write;
 - queues, namespaces, PriorityClasses, FabricProfiles: the latest bodies;
 - assumed gangs: the placement the admission cycle gave a job, counted as used GPUs at
   once, so the next decision of the same cycle, and every cycle until the pods show up in
