@@ -37,7 +37,7 @@ build-binaries: install
 	$(TRAINOP) cluster build
 
 test: install build-binaries
-	$(PYTEST) tests/unit tests/integration tests/e2e
+	$(PYTEST) tests/unit tests/integration tests/e2e --durations=25
 
 test-unit: install
 	$(PYTEST) tests/unit
@@ -76,7 +76,7 @@ images: install real-deps
 # Go builds (CPU) and image builds (mostly download and dpkg) overlap: -j2.
 test-real: install build-binaries real-deps
 	$(MAKE) -j2 build-node-binaries images
-	$(PYTEST) tests/real --timeout 1800
+	$(PYTEST) tests/real --timeout 1800 --durations=0
 
 lint: install
 	$(VENV)/bin/ruff check operator tests bench
