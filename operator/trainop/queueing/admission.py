@@ -156,6 +156,10 @@ class _Pass:
 
     # --- setup -------------------------------------------------------------------------
     def charge_admitted(self) -> None:
+        tails = self.tails
+        kept = tails.keeps if tails is not None else {}
+        same = tails.same_queues(self.queues) if tails is not None else frozenset()
+        keeps: dict[str, tuple[QueuedJob, str, JobDecision]] = {}
         for job in self.jobs:
             if not job.admitted:
                 continue
@@ -165,17 +169,20 @@ class _Pass:
                     job.key, job.queue, Action.KEEP, gpus=job.gpus
                 )
                 continue
-            group = ANY_GROUP if q.unlimited else group_of(q, job.product)
+            prev = kept.get(job.key)
+            if prev is not None and prev[0] is job and q.name in same:
+                _, group, decision = prev  # the same job in the same queue: the same Keep
+            else:
+                group = ANY_GROUP if q.unlimited else group_of(q, job.product)
+                decision = JobDecision(
+                    job.key, q.name, Action.KEEP, group=group, gpus=job.gpus, borrowed=0
+                )
+            keeps[job.key] = (job, group, decision)
             self.ledger.charge(q.name, group, job.gpus)
             self.running[job.key] = Running(job, group, at=self.now)
-            self.decisions[job.key] = JobDecision(
-                job.key,
-                q.name,
-                Action.KEEP,
-                group=group,
-                gpus=job.gpus,
-                borrowed=0,
-            )
+            self.decisions[job.key] = decision
+        if tails is not None:
+            tails.keep_running(self.queues, keeps)
 
     def line_up(self) -> None:
         for job in self.jobs:

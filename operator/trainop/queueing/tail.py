@@ -32,12 +32,12 @@ Unfits; `queueing.cluster.decide` keeps one `TailMemo` per operator config for i
 from __future__ import annotations
 
 import operator
-from collections.abc import Container, Hashable, Sequence
+from collections.abc import Container, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-from trainop.queueing.model import Action, JobDecision, QueuedJob
+from trainop.queueing.model import Action, JobDecision, QueuedJob, QueueState
 
 
 @dataclass
@@ -85,12 +85,27 @@ class TailMemo:
         self._next: list[tuple[str, Run]] = []
         self.token: object = None
         self.replayed = 0  # jobs whose verdict the last pass took from a run
+        # Running jobs' Keep decisions, by key with the QueuedJob and group they were made
+        # for, and the queues of that pass: the same job in an equal queue keeps the same.
+        self.keeps: dict[str, tuple[QueuedJob, str, JobDecision]] = {}
+        self.queues: Mapping[str, QueueState] = {}
 
     def valid_for(self, token: object) -> TailMemo:
         if token is not self.token:
-            self.runs = {}
+            self.runs, self.keeps, self.queues = {}, {}, {}
             self.token = token
         return self
+
+    def same_queues(self, queues: Mapping[str, QueueState]) -> frozenset[str]:
+        """The queues equal to the last pass's (once per queue, not per job)."""
+        return frozenset(n for n, q in queues.items() if self.queues.get(n) == q)
+
+    def keep_running(
+        self,
+        queues: Mapping[str, QueueState],
+        keeps: dict[str, tuple[QueuedJob, str, JobDecision]],
+    ) -> None:
+        self.queues, self.keeps = queues, keeps
 
     def begin(self) -> None:
         self._next = []
