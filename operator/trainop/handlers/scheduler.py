@@ -231,6 +231,7 @@ class AdmissionLoop:
             work.assumed,
             work.known,
             self.tails,
+            list(work.signatures),  # the bodies' keys, in order
         )
         decided = time.monotonic()
         for key, job in result.intakes.items():

@@ -135,7 +135,8 @@ class _Pass:
         if any(j.queue == BUILTIN_QUEUE_NAME for j in jobs):
             self.queues.setdefault(BUILTIN_QUEUE_NAME, BUILTIN_QUEUE)
         self.jobs = list(jobs)
-        if len({j.key for j in jobs}) != len(self.jobs):
+        self.keys = [j.key for j in self.jobs]
+        if len(set(self.keys)) != len(self.keys):
             raise ValueError("two jobs share a key")
         self.snapshot = snapshot
         self.place = place
@@ -209,8 +210,11 @@ class _Pass:
                 )
                 continue
             self.lines[job.queue].append(job)
-        for line in self.lines.values():
-            line.sort(key=line_order)
+        for name, line in self.lines.items():
+            if self.tails is None:
+                line.sort(key=line_order)
+            else:  # the same jobs as last pass: the same order
+                self.lines[name] = self.tails.line(name, line, line_order)
 
     # --- the fair-share loop -------------------------------------------------------------
     def run(self) -> None:
@@ -720,7 +724,7 @@ class _Pass:
         return out
 
     def result(self) -> Decisions:
-        ordered = {j.key: self.decisions[j.key] for j in self.jobs}
+        ordered = dict(zip(self.keys, map(self.decisions.__getitem__, self.keys), strict=True))
         return Decisions(jobs=ordered, usage=self.usage())
 
 

@@ -388,18 +388,19 @@ def decide(
     assumed: Mapping[str, tuple[tuple[str, int], ...]],
     known: Mapping[str, QueuedJob | None] | None = None,
     tails: TailMemo | None = None,
+    keys: Sequence[str] | None = None,
 ) -> PassResult:
     """One admission cycle over `bodies`. `known`: intakes the caller kept from an earlier
     pass for jobs that did not change since (their pods and assumptions need not be given).
     `tails`: the caller's memo of waiting tails (queueing.tail), kept across its passes; it
     is valid for one config (the placer's answers depend on it) and for the QueuedJobs of
-    `known`, handed back as the same objects."""
+    `known`, handed back as the same objects. `keys`: each body's job key, in order, when
+    the caller has them (else read from the bodies)."""
     jobs: list[QueuedJob] = []
     by_key: dict[str, Mapping[str, Any]] = {}
     intakes: dict[str, QueuedJob | None] = {}
     known = known or {}
-    for body in bodies:
-        key = job_key(body)
+    for key, body in zip(keys if keys is not None else map(job_key, bodies), bodies, strict=True):
         if key in known:
             job = known[key]
         else:

@@ -32,7 +32,7 @@ Unfits; `queueing.cluster.decide` keeps one `TailMemo` per operator config for i
 from __future__ import annotations
 
 import operator
-from collections.abc import Container, Hashable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -89,10 +89,13 @@ class TailMemo:
         # for, and the queues of that pass: the same job in an equal queue keeps the same.
         self.keeps: dict[str, tuple[QueuedJob, str, JobDecision]] = {}
         self.queues: Mapping[str, QueueState] = {}
+        # Each queue's line as the last pass took it in, and in its order.
+        self.lines: dict[str, tuple[list[QueuedJob], list[QueuedJob]]] = {}
+        self._lines: dict[str, tuple[list[QueuedJob], list[QueuedJob]]] = {}
 
     def valid_for(self, token: object) -> TailMemo:
         if token is not self.token:
-            self.runs, self.keeps, self.queues = {}, {}, {}
+            self.runs, self.keeps, self.queues, self.lines = {}, {}, {}, {}
             self.token = token
         return self
 
@@ -108,8 +111,20 @@ class TailMemo:
         self.queues, self.keeps = queues, keeps
 
     def begin(self) -> None:
-        self._next = []
+        self._next, self._lines = [], {}
         self.replayed = 0
+
+    def line(
+        self, queue: str, jobs: list[QueuedJob], order: Callable[[QueuedJob], Any]
+    ) -> list[QueuedJob]:
+        """`jobs` sorted by `order`: the last pass's order when they are the same jobs."""
+        last = self.lines.get(queue)
+        if last is not None and len(last[0]) == len(jobs) and all(map(operator.is_, last[0], jobs)):
+            ordered = list(last[1])
+        else:
+            ordered = sorted(jobs, key=order)
+        self._lines[queue] = (jobs, ordered)
+        return list(ordered)
 
     def replay(
         self,
@@ -144,6 +159,7 @@ class TailMemo:
             for i, job in enumerate(run.jobs)
         }
         self._next = []
+        self.lines, self._lines = self._lines, {}
 
 
 def _held(old: Run, first: int, line: Sequence[QueuedJob], start: int, memo: Container[Any]) -> int:
