@@ -91,8 +91,10 @@ _TOLD = (Action.ADMIT, Action.WAIT, Action.GROW, Action.SHRINK)
 def _backoff_left(body: Mapping[str, Any], config: OperatorConfig, now: datetime) -> float:
     """Seconds until a restarting gang may be placed again (0: now)."""
     status = body.get("status") or {}
+    if status.get("phase") != "Restarting":
+        return 0.0
     last = parse_time(status.get("lastRestartTime"))
-    if status.get("phase") != "Restarting" or last is None:
+    if last is None:
         return 0.0
     restarts = int(status.get("restartCount") or 0)
     return max(0.0, backoff_seconds(config, restarts) - (now - last).total_seconds())
@@ -109,7 +111,9 @@ def _backfill_moments(
     """When a waiting job crosses its queue's backfillWaitSeconds: time alone changes the
     decision then (its queue starts holding capacity for it), so the loop wakes up."""
     thresholds = {q.name: q.backfill_wait_seconds for q in queues}
-    out = []
+    out: list[float] = []
+    if all(limit is None for limit in thresholds.values()):
+        return out  # no queue backfills: no job to look at
     for decision in result.decisions.jobs.values():
         job = result.jobs.get(decision.key)
         limit = thresholds.get(decision.queue)
