@@ -678,3 +678,76 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.Mo
     asyncio.run(go())
     assert _traces(state, shell.Runtime, needles) == []
     assert state.jobs["team-a/other"].verdict is not None  # the other job kept its own
+
+
+class StatusApi:
+    """The writes an eviction makes, recorded; a status patch answers with the job as the
+    API server would (its status patched, a newer resourceVersion)."""
+
+    def __init__(self, state: ShellState) -> None:
+        self.state = state
+        self.calls: list[tuple[str, str]] = []
+
+    def patch_job_status(
+        self, ns: str, name: str, status: dict[str, Any], old: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.calls.append(("status", status.get("phase") or ",".join(sorted(status))))
+        body = copy.deepcopy(self.state.job(f"{ns}/{name}"))
+        assert body is not None
+        body["status"] = {**(body.get("status") or {}), **status}
+        body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        return body
+
+    def delete_pod(self, ns: str, name: str) -> None:
+        self.calls.append(("delete", name))
+
+    def post_event(self, body: Any, etype: str, reason: str, message: str) -> None:
+        self.calls.append(("event", reason))
+
+
+def test_an_eviction_waits_for_the_checkpoint_in_the_jobs_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The victim is asked for a checkpoint, evicted once it reports one, and its record
+    (progress, checkpoint event, wait) goes with it like the rest."""
+    from datetime import UTC, datetime
+
+    from trainop.handlers import operator as shell
+    from trainop.handlers.progress import ProgressService
+    from trainop.progress import iso
+    from trainop.queueing.model import Action
+
+    state = fleet_state()
+    body = job("bert", workers=2, gpus=8).set("checkpoint", {"gracePeriodSeconds": 60})
+    state.upsert_job(body.meta(resourceVersion="1").phase("Running").build())
+    for name, node in (("bert-worker-0", "a100-01"), ("bert-worker-1", "a100-02")):
+        state.upsert_pod(pod(name).on(node).gpus(8).running().build())
+    api = StatusApi(state)
+    service = ProgressService(lambda: api, lambda: state, 1.0)
+    for attr, value in (("state", state), ("api", api), ("progress", service), ("tasks", set())):
+        monkeypatch.setattr(shell.Runtime, attr, value)
+    config = dataclasses.replace(shell.Runtime.config, progress_url="http://trainop:8443")
+    monkeypatch.setattr(shell.Runtime, "config", config)
+    key, now = "team-a/bert", datetime.now(UTC).replace(tzinfo=None)
+    decision = JobDecision(key, "q", Action.PREEMPT, reason="Priority", message="for x")
+
+    async def go() -> None:
+        await shell.evict(decision, now)
+        mem = state.jobs[key]
+        assert mem.checkpoint_wait and ("delete", "bert-worker-0") not in api.calls
+        mem.progress = {"step": 5, "lastCheckpoint": {"time": iso(now), "step": 5, "path": "/c"}}
+        service.checkpointed(key).set()  # as a report with a newer checkpoint does
+        await asyncio.gather(*shell.Runtime.tasks)
+        assert not mem.checkpoint_wait
+        state.remove_job("team-a", "bert")
+
+    asyncio.run(go())
+    assert api.calls == [
+        ("status", "checkpointRequest"),
+        ("event", "CheckpointRequested"),
+        ("status", "Queued"),
+        ("event", "Preempted"),
+        ("delete", "bert-worker-0"),
+        ("delete", "bert-worker-1"),
+    ]
+    assert key not in state.jobs
