@@ -1,11 +1,12 @@
 """The one admission loop: wakes on change, decides every pending gang, hands the verdicts on.
 
 Neighbours: `handlers.state.ShellState` is its input (caches kept current by the watch
-handlers) and where its output goes (decisions and assumed gangs); the pure
-`queueing.cluster.decide` makes the decisions with the planner as placer, exactly as
-`trainop simulate` does; `handlers.operator` gives it two callbacks: `reconcile(key)`, run
-for each job whose verdict changed, and `evict(decision)` for preemption victims, plus
-`publish(result)` for queue status.
+handlers) and where its output goes (each job's verdict and assumed gang, in the job's
+JobMemory); the pure `queueing.cluster.decide` makes the decisions with the planner as
+placer, exactly as `trainop simulate` does; `handlers.operator` gives it two callbacks:
+`reconcile(key)`, run for each job whose verdict changed, and `evict(decision)` for
+preemption victims, plus `publish(result)` for queue status. Job keys are queueing's own
+("namespace/name"), so decisions map to records without conversion.
 
 A cycle:
   1. Waits for a wake-up (any change that can alter a decision; see ShellState.touch) or
