@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1140,6 +1141,9 @@ def start_operator(
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
+    if spy:  # stop the operator, not py-spy: py-spy writes its file when its target exits
+        proc.terminate = lambda: _signal_children(proc.pid, signal.SIGTERM)  # type: ignore[method-assign]
+        proc.kill = lambda: _signal_children(proc.pid, signal.SIGKILL)  # type: ignore[method-assign]
 
     def metrics() -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
@@ -1153,6 +1157,14 @@ def start_operator(
         except OSError:
             time.sleep(0.5)
     raise SystemExit(f"operator did not start; see {log}")
+
+
+def _signal_children(pid: int, sig: int) -> None:
+    """Signal the processes `pid` started (py-spy's target, the operator)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for child in children.read_text().split() if children.exists() else ():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(child), sig)
 
 
 def cluster_with(nodes: int, rack: int, kueue: bool = False) -> Any:
