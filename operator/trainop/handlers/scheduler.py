@@ -240,6 +240,8 @@ class AdmissionLoop:
         )
         decided = time.monotonic()
         for key, job in result.intakes.items():
+            if key in work.known:
+                continue  # kept: the same signature and intake are stored already
             mem = state.jobs.get(key)
             if mem is not None:  # else gone while the decision ran
                 mem.intake = (work.signatures[key], job)
