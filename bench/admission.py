@@ -281,26 +281,37 @@ def rss_mb() -> float:
 
 
 def report(results: dict[str, Any]) -> str:
+    base = results.get("baseline") or {}
+    before = {b["nodes"]: b for b in base.get("burst", [])}
     lines = [
         "# bench-admission: the operator's admission cycle, no API server",
         "",
-        "| nodes | gangs (4 x 8 GPUs, rack) | cycles | cycle p50 / p99 (s) | gangs/s | pods/s |",
-        "|---|---|---|---|---|---|",
+        f"Before: {base['label']}." if base else "",
+        "",
+        "| nodes | gangs (4 x 8 GPUs, rack) | cycles | cycle p50 / p99 (s) | gangs/s | pods/s "
+        "| pods/s before |",
+        "|---|---|---|---|---|---|---|",
     ]
     for b in results["burst"]:
+        was = before.get(b["nodes"], {}).get("pods_per_s", "-")
         lines.append(
             f"| {b['nodes']:,} | {b['gangs']:,} | {b['cycles']} | {b['cycle_p50_s']} / "
-            f"{b['cycle_p99_s']} | {b['gangs_per_s']} | {b['pods_per_s']} |"
+            f"{b['cycle_p99_s']} | {b['gangs_per_s']} | {b['pods_per_s']} | {was} |"
         )
     lines += [
         "",
-        "| nodes | pending | first cycle (s) | idle cycle (s) | one pod changed p50 / max (s) |",
-        "|---|---|---|---|---|",
+        "| nodes | pending | first cycle (s) | idle cycle (s) | one pod changed p50 / max (s) "
+        "| before: idle / one pod p50 (s) |",
+        "|---|---|---|---|---|---|",
     ]
+    deep_before = {(d["nodes"], d["pending"]): d for d in base.get("deep", [])}
     for d in results["deep"]:
+        was = deep_before.get((d["nodes"], d["pending"]))
+        then = f"{was['idle_cycle_p50_s']} / {was['one_pod_change_p50_s']}" if was else "-"
         lines.append(
             f"| {d['nodes']:,} | {d['pending']:,} | {d['first_cycle_s']} | "
-            f"{d['idle_cycle_p50_s']} | {d['one_pod_change_p50_s']} / {d['one_pod_change_max_s']} |"
+            f"{d['idle_cycle_p50_s']} | {d['one_pod_change_p50_s']} / {d['one_pod_change_max_s']} "
+            f"| {then} |"
         )
     if results.get("tree"):
         lines += [
@@ -342,8 +353,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deep-nodes", type=int, nargs="*", default=[1000, 5000])
     ap.add_argument("--tree-nodes", type=int, nargs="*", default=[1000, 5000])
     ap.add_argument("--out", default=str(RESULTS / "admission"))
+    ap.add_argument(
+        "--baseline",
+        default=str(RESULTS / "admission-before-tails.json"),
+        help="an earlier run's results, shown beside these (skipped when absent)",
+    )
     args = ap.parse_args(argv)
     results: dict[str, Any] = {"burst": [], "deep": [], "tree": []}
+    if Path(args.baseline).exists():
+        results["baseline"] = json.loads(Path(args.baseline).read_text())
     for n in args.tree_nodes:
         for nested in (True, False):
             fits = min(args.gangs, n * 8 // 32)
