@@ -39,12 +39,12 @@ PRIORITIES = {"low": 0, "high": 100}
 SHAPES = ((1, 1), (1, 4), (1, 8), (2, 8), (3, 8), (4, 8))
 
 
-def queues(backfill: int | None, max_running: int | None) -> list[dict[str, Any]]:
+def queues(backfill: int | None, max_running: int | None, qb: int = 16) -> list[dict[str, Any]]:
     a = queue("qa").quota("h100", 32).cohort("pool").serves("ns-a")
     a.preemption(withinQueue="LowerPriority")
     if backfill is not None:
         a.backfill(backfill)
-    b = queue("qb").quota("h100", 16).cohort("pool").serves("ns-b")
+    b = queue("qb").quota("h100", qb).cohort("pool").serves("ns-b")
     if max_running is not None:
         b.policy(maxRunningJobs=max_running)
     return [a.build(), b.build()]
@@ -134,6 +134,7 @@ EVENTS = st.one_of(
     ARRIVE,
     st.tuples(st.just("finish"), st.integers(0, 50)),
     st.tuples(st.just("tick"), st.integers(1, 900)),
+    st.tuples(st.just("quota"), st.sampled_from((8, 16, 24))),  # qb's quota, lent in cohort
     st.tuples(st.just("idle")),
     st.tuples(st.just("idle")),
     st.tuples(st.just("idle")),
@@ -165,6 +166,8 @@ def test_the_memo_decides_as_a_full_pass(
             world.finish(event[1])
         elif event[0] == "tick":
             world.now += timedelta(seconds=event[1])
+        elif event[0] == "quota":
+            inputs = cycle_inputs(queues(backfill, max_running, qb=event[1]), {}, PRIORITIES)
         expected = full.decide(world, inputs, config)
         got = fast.decide(world, inputs, config)
         assert got.decisions == expected.decisions, f"after event {n}: {event}"
@@ -200,6 +203,7 @@ CASES = [
     Case("capacity grew (a job ended): the tail is considered again", "finish", 0),
     Case("a new job at the end: the tail before it replays", "arrive", 9),
     Case("another config: the memo is forgotten", "config", 0),
+    Case("a cohort member's quota changed: the tail is considered again", "quota", 0),
 ]
 
 
@@ -219,8 +223,12 @@ def test_what_the_memo_replays(case: Case) -> None:
         world.arrive(99, 3, "a", "low", False)
     elif case.change == "config":
         config = OperatorConfig()
-    side.decide(world, inputs, config)
+    elif case.change == "quota":  # the cohort lends qa more: the quota messages change
+        inputs = cycle_inputs(queues(None, None, qb=24), {}, PRIORITIES)
+    kept = side.decide(world, inputs, config)
     assert side.tails.replayed == case.replayed
+    again = Side(None, snapshot=side.snapshot).decide(world, inputs, config)
+    assert kept.decisions == again.decisions
 
 
 def test_positions_move_when_a_job_ahead_leaves() -> None:

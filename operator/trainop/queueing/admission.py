@@ -296,7 +296,9 @@ class _Pass:
             self.tails.keep(name, run)
 
     def tail_state(self, q: QueueState) -> tuple[Any, ...]:
-        """What a waiting job behind the head reads of the pass (see queueing.tail)."""
+        """What a waiting job behind the head reads of the pass (see queueing.tail): every
+        queue's spec too (its cohort's or tree's quotas), as the memo's epoch."""
+        assert self.tails is not None
         ledger = self.ledger
         running = ledger.running.get(q.name, 0) if q.max_running_jobs is not None else None
         used = () if q.unlimited else tuple(sorted((k, v) for k, v in ledger.used.items() if v))
@@ -304,7 +306,8 @@ class _Pass:
             (h.queue, h.cohort, h.groups, h.head, h.waited, h.threshold, h.reason)
             for h in self.holds
         )
-        return (q, self.fleet, running, used, holds, self.snapshot.free_bound())
+        free = self.snapshot.free_bound()
+        return (self.tails.epoch, q, self.fleet, running, used, holds, free)
 
     def consider_quietly(self, job: QueuedJob, q: QueueState) -> tuple[Any, ...] | None:
         """Consider a job behind the head; the memo keys its verdict rests on when it is a

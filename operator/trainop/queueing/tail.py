@@ -10,9 +10,10 @@ Why it is exact. In the rest of a line (`admission._Pass.consider_rest`) a job t
 its queue's head and waits changes nothing the pass carries on: no usage is charged, the
 snapshot is not touched, no hold or head moves. Its verdict is therefore a function of the
 job and of the pass's state at its turn, the same state for a whole run of such jobs. What
-that state is, for such a job: its queue (`QueueState`), the fleet's GPU products (its quota
-candidates), the ledger's usage (and the queue's running count when it has a maximum), the
-holds, and the answers of the placer. Those answers are kept only when the placer marked them
+that state is, for such a job: its queue (`QueueState`) and the other queues' specs (its
+cohort's or tree's quotas: `TailMemo.epoch` moves when any differs), the fleet's GPU
+products (its quota candidates), the ledger's usage (and the queue's running count when it
+has a maximum), the holds, and the answers of the placer. Those answers are kept only when the placer marked them
 (`model.Unfit.basis`): PlannerPlacer's "needs 16 GPUs; the cluster has 8 free", which follows
 from the snapshot's `free_bound()` as long as the job version is known placeable (a "static"
 memo key of the snapshot). An answer of the planner itself is never kept: the job breaks the
@@ -89,6 +90,7 @@ class TailMemo:
         # for, and the queues of that pass: the same job in an equal queue keeps the same.
         self.keeps: dict[str, tuple[QueuedJob, str, JobDecision]] = {}
         self.queues: Mapping[str, QueueState] = {}
+        self.epoch = 0  # moves whenever the queues differ from the last pass's
         # Each queue's line as the last pass took it in, and in its order.
         self.lines: dict[str, tuple[list[QueuedJob], list[QueuedJob]]] = {}
         self._lines: dict[str, tuple[list[QueuedJob], list[QueuedJob]]] = {}
@@ -100,8 +102,12 @@ class TailMemo:
         return self
 
     def same_queues(self, queues: Mapping[str, QueueState]) -> frozenset[str]:
-        """The queues equal to the last pass's (once per queue, not per job)."""
-        return frozenset(n for n, q in queues.items() if self.queues.get(n) == q)
+        """The queues equal to the last pass's (once per queue, not per job). When any
+        queue differs, the epoch moves: a run reads its cohort's or tree's quotas too."""
+        same = frozenset(n for n, q in queues.items() if self.queues.get(n) == q)
+        if len(same) != len(queues) or len(queues) != len(self.queues):
+            self.epoch += 1
+        return same
 
     def keep_running(
         self,
