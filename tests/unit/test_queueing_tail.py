@@ -39,15 +39,22 @@ PRIORITIES = {"low": 0, "high": 100}
 SHAPES = ((1, 1), (1, 4), (1, 8), (2, 8), (3, 8), (4, 8))
 
 
-def queues(backfill: int | None, max_running: int | None, qb: int = 16) -> list[dict[str, Any]]:
-    a = queue("qa").quota("h100", 32).cohort("pool").serves("ns-a")
+def queues(
+    backfill: int | None, max_running: int | None, qb: int = 16, tree: bool = False
+) -> list[dict[str, Any]]:
+    """qa (32 GPUs, preempts lower priorities) and qb (`qb` GPUs) lending to each other:
+    in cohort "pool", or as the two leaves of queue "org" (48 GPUs) when `tree`."""
+    a = queue("qa").quota("h100", 32).serves("ns-a")
     a.preemption(withinQueue="LowerPriority")
     if backfill is not None:
         a.backfill(backfill)
-    b = queue("qb").quota("h100", qb).cohort("pool").serves("ns-b")
+    b = queue("qb").quota("h100", qb).serves("ns-b")
     if max_running is not None:
         b.policy(maxRunningJobs=max_running)
-    return [a.build(), b.build()]
+    if not tree:
+        return [a.cohort("pool").build(), b.cohort("pool").build()]
+    org = queue("org").quota("h100", 48)
+    return [a.parent("org").build(), b.parent("org").build(), org.build()]
 
 
 @dataclass
@@ -147,15 +154,17 @@ EVENTS = st.one_of(
     events=st.lists(EVENTS, min_size=3, max_size=30),
     backfill=st.one_of(st.none(), st.integers(0, 600)),
     max_running=st.one_of(st.none(), st.integers(1, 3)),
+    tree=st.booleans(),
 )
 def test_the_memo_decides_as_a_full_pass(
     backlog: list[tuple[Any, ...]],
     events: list[tuple[Any, ...]],
     backfill: int | None,
     max_running: int | None,
+    tree: bool,
 ) -> None:
     config = OperatorConfig(topology_wait_seconds=600.0)
-    inputs = cycle_inputs(queues(backfill, max_running), {}, PRIORITIES)
+    inputs = cycle_inputs(queues(backfill, max_running, tree=tree), {}, PRIORITIES)
     world, full, fast = World(), Side(None), Side(TailMemo())
     for n, event in enumerate(backlog):  # a backlog first: the fleet holds 48 GPUs
         world.arrive(100 + n, *event[1:])
@@ -167,7 +176,8 @@ def test_the_memo_decides_as_a_full_pass(
         elif event[0] == "tick":
             world.now += timedelta(seconds=event[1])
         elif event[0] == "quota":
-            inputs = cycle_inputs(queues(backfill, max_running, qb=event[1]), {}, PRIORITIES)
+            layout = queues(backfill, max_running, qb=event[1], tree=tree)
+            inputs = cycle_inputs(layout, {}, PRIORITIES)
         expected = full.decide(world, inputs, config)
         got = fast.decide(world, inputs, config)
         assert got.decisions == expected.decisions, f"after event {n}: {event}"
