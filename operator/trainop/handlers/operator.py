@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from trainop import metrics, progress
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
-from trainop.handlers import heap, kueue
+from trainop.handlers import heap, kueue, podfeed
 from trainop.handlers.progress import ProgressService, serve
 from trainop.handlers.scheduler import AdmissionLoop
 from trainop.handlers.state import JobKey, JobMemory, ShellState, job_key, split_key
@@ -77,6 +77,7 @@ class Runtime:
     tasks: set[asyncio.Task[Any]] = set()
     progress: ProgressService | None = None  # the report endpoint (`--progress-port`)
     progress_port: int = 0
+    podfeed: podfeed.PodFeed | None = None  # the pod watch (handlers.podfeed)
 
 
 _derived: dict[str, Any] = {}
@@ -155,7 +156,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             lambda: Runtime.api, lambda: Runtime.state, Runtime.config.progress_interval
         )
         _spawn(serve(Runtime.progress, Runtime.progress_port))
-    await _list_everything(Runtime.namespaces)  # before kopf starts its watches
+    versions = await _list_everything(Runtime.namespaces)  # before kopf starts its watches
+    if Runtime.podfeed is not None:
+        Runtime.podfeed.close()  # an earlier start's (tests start the handlers again)
+    Runtime.podfeed = podfeed.PodFeed(Runtime.api, asyncio.get_running_loop(), apply_pod_events)
+    Runtime.podfeed.start(versions)
     if Runtime.elector is not None:
         _spawn(_lead(Runtime.elector))
 
@@ -183,6 +188,8 @@ async def release_lease(**_: Any) -> None:
     """On SIGTERM: give the Lease up at once so the standby takes over without waiting."""
     Runtime.stopping = True
     Runtime.state.leader = False
+    if Runtime.podfeed is not None:
+        Runtime.podfeed.close()
     if Runtime.elector is not None:
         await asyncio.to_thread(Runtime.elector.release)
         log.info("leader election: Lease released")
@@ -213,25 +220,37 @@ KINDS = (
 )
 
 
-async def _listed(kind: str, namespaces: list[str]) -> AsyncIterator[list[dict[str, Any]]]:
+async def _listed(
+    kind: str, namespaces: list[str], versions: dict[str | None, str] | None = None
+) -> AsyncIterator[list[dict[str, Any]]]:
     """A full listing of `kind`, page by page (KubeApi.list_pages, each page fetched in a
-    worker thread): only one page of whole bodies is alive at a time."""
+    worker thread): only one page of whole bodies is alive at a time. Pods are listed per
+    watch scope, and with `versions` each scope's resourceVersion is kept for the pod feed."""
     api = Runtime.api
     assert api is not None
+    if kind == "pods" and versions is not None:
+        for scope in podfeed.scopes(namespaces):
+            pages = api.list_pod_pages(scope, versions)
+            while (page := await asyncio.to_thread(next, pages, None)) is not None:
+                yield page
+        return
     pages = api.list_pages(kind, namespaces)
     while (page := await asyncio.to_thread(next, pages, None)) is not None:
         yield page
 
 
-async def _list_everything(namespaces: list[str]) -> None:
-    """Fill the state from a full listing of every watched kind, then let the loop decide."""
+async def _list_everything(namespaces: list[str]) -> dict[str | None, str]:
+    """Fill the state from a full listing of every watched kind, then let the loop decide.
+    Returns the resourceVersion of each pod scope's listing, where the pod feed starts."""
+    versions: dict[str | None, str] = {}
     for kind in KINDS:
         count = 0
-        async for page in _listed(kind, namespaces):
+        async for page in _listed(kind, namespaces, versions):
             Runtime.state.load(kind, page)
             count += len(page)
         log.info("start-up listing: %d %s", count, kind)
     Runtime.state.mark_synced()
+    return versions
 
 
 async def _prune(namespaces: list[str]) -> None:
@@ -302,22 +321,28 @@ async def on_node_event(event: kopf.RawEvent, body: kopf.Body, name: str, **_: A
         _spawn(reconcile_job(key))
 
 
-@kopf.on.event("pods")
-async def on_pod_event(
-    event: kopf.RawEvent,
-    body: kopf.Body,
-    namespace: str,
-    name: str,
-    labels: Mapping[str, str],
-    **_: Any,
-) -> None:
-    if event.get("type") == "DELETED":
-        Runtime.state.remove_pod(namespace, name)
-    else:
-        Runtime.state.upsert_pod(body)
-    job = labels.get(c.LABEL_JOB_NAME)
-    if job and job_key(namespace, job) in Runtime.state.jobs:
-        await reconcile_job(job_key(namespace, job))
+def apply_pod_events(items: list[podfeed.Item]) -> None:
+    """A batch of the pod feed (handlers.podfeed), on the event loop: the state first, then
+    one reconcile per job whose pods changed (a burst's events coalesce per job)."""
+    state = Runtime.state
+    touched: set[JobKey] = set()
+    for kind, obj, scope in items:
+        if kind == podfeed.RELISTED:
+            gone = state.relisted_pods(scope, obj)
+            log.info("pods listed again (%s): %d forgotten", scope or "all namespaces", gone)
+            touched.update(state.jobs)
+            continue
+        meta = obj["metadata"]
+        if kind == "DELETED":
+            state.remove_pod(meta["namespace"], meta["name"])
+        else:
+            state.upsert_slim_pod(obj)
+        job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+        if job:
+            touched.add(job_key(meta["namespace"], job))
+    for key in touched:
+        if key in state.jobs:
+            _spawn(reconcile_job(key))
 
 
 @kopf.on.event(JOBS)
@@ -483,6 +508,12 @@ async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
                 state.priorities,
                 fleet=state.fleet,
             )
+            if admission.plan is not None and not acts.create:
+                # An admission this reconcile does not carry out: the cycle decided on a
+                # body older than what the reconcile saw (a restart's backoff written
+                # meanwhile, say). Its GPUs go back and the loop decides again at once,
+                # instead of when the assumption expires.
+                state.forget(key)
             await _apply(*split_key(key), body, acts)
             mem.failures = 0
             if admission.admitted and (admission.plan is not None or admission.size is not None):

@@ -289,7 +289,10 @@ class ShellState:
 
     # --- pods ----------------------------------------------------------------------------
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
-        slim = slim_pod(body)
+        self.upsert_slim_pod(slim_pod(body))
+
+    def upsert_slim_pod(self, slim: dict[str, Any]) -> None:
+        """A pod as `handlers.slim.slim_pod` made it (the pod feed slims in its thread)."""
         meta = slim["metadata"]
         key = (str(meta.get("namespace")), str(meta.get("name")))
         self._seen[("pods", key)] = self.clock()
@@ -504,6 +507,23 @@ class ShellState:
             self._changed_inputs()
 
     # --- full listings -------------------------------------------------------------------
+    def relisted_pods(self, namespace: str | None, listed: Iterable[dict[str, Any]]) -> int:
+        """A fresh listing of the pods of `namespace` (None: all) after the watch lost its
+        place: pods of that scope it does not hold are gone; the rest are upserted. Returns
+        how many were forgotten."""
+        slims = list(listed)
+        present = {(p["metadata"].get("namespace"), p["metadata"].get("name")) for p in slims}
+        gone = [
+            key
+            for key in self.pods
+            if key not in present and (namespace is None or key[0] == namespace)
+        ]
+        for key in gone:
+            self.remove_pod(*key)
+        for slim in slims:
+            self.upsert_slim_pod(slim)
+        return len(gone)
+
     def load(self, kind: str, items: Iterable[Mapping[str, Any]]) -> None:
         """Every object of a kind from a full listing (start-up, before any decision)."""
         for body in items:

@@ -330,6 +330,45 @@ class KubeApi:
         for ns in namespaces:
             yield from _pages(namespaced_call, ns)
 
+    def list_pod_pages(
+        self, namespace: str | None, versions: dict[str | None, str]
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Every pod (of `namespace`, or of all namespaces), 500 a page as list_pages does;
+        the listing's resourceVersion goes into `versions[namespace]`, where a watch of
+        the same scope starts (handlers.podfeed)."""
+        if namespace is None:
+            yield from _pages(self.core.list_pod_for_all_namespaces, versions=(versions, None))
+        else:
+            yield from _pages(
+                self.core.list_namespaced_pod, namespace, versions=(versions, namespace)
+            )
+
+    def watch_pods(
+        self, namespace: str | None, resource_version: str, stop: threading.Event
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The pod watch of one scope from `resource_version`, as (type, object) pairs in
+        the order the API server sends them, BOOKMARK events included; ends when the server
+        closes the stream (its timeout, about 5 minutes) or `stop` is set. Raises Expired
+        on 410 Gone (list again) and ApiException on other errors.
+        https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes"""
+        kwargs: dict[str, Any] = {
+            "watch": True,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": WATCH_SECONDS,
+            "_preload_content": False,
+            "_request_timeout": (10, WATCH_SECONDS + 30),
+        }
+        response: Any = (
+            self.core.list_pod_for_all_namespaces(**kwargs)
+            if namespace is None
+            else self.core.list_namespaced_pod(namespace, **kwargs)
+        )
+        try:
+            yield from _events(response, stop)
+        finally:
+            response.release_conn()
+
     def list_all(self, kind: str, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Every object of a watched kind at once (see list_pages)."""
         return [item for page in self.list_pages(kind, namespaces) for item in page]
@@ -358,20 +397,54 @@ def _core_lists(core: client.CoreV1Api, scheduling: client.SchedulingV1Api) -> d
     }
 
 
-def _pages(call: Any, *args: Any) -> Iterator[list[dict[str, Any]]]:
+def _pages(
+    call: Any, *args: Any, versions: tuple[dict[Any, str], Any] | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """The items of a list call, 500 a page (limit/continue, https://kubernetes.io/docs/
     reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks), each page
-    parsed from the raw JSON (no models)."""
+    parsed from the raw JSON (no models). Every page of one listing is served from the
+    same snapshot; with `versions` = (map, key), map[key] gets its resourceVersion."""
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False}
         if token:
             kwargs["_continue"] = token
         page = json.loads(call(*args, **kwargs).data)
-        token = (page.get("metadata") or {}).get("continue")
+        meta = page.get("metadata") or {}
+        token = meta.get("continue")
+        if versions is not None and meta.get("resourceVersion"):
+            versions[0][versions[1]] = meta["resourceVersion"]
         yield page.get("items") or []
         if not token:
             return
+
+
+# Seconds a watch request asks the API server to keep its stream open.
+WATCH_SECONDS = 290
+
+
+class Expired(Exception):
+    """410 Gone on a watch: its resourceVersion is older than the API server keeps; list again."""
+
+
+def _events(response: Any, stop: threading.Event) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The watch events of a streamed response, one JSON object per line, decoded here."""
+    rest = b""
+    for chunk in response.stream(65536, decode_content=True):
+        if stop.is_set():
+            return
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            kind, obj = event.get("type", ""), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Expired(obj.get("message") or "resourceVersion too old")
+                raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+            yield kind, obj
 
 
 def _discard(response: Any) -> None:
