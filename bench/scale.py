@@ -420,13 +420,42 @@ def summarize(policy: str, gangs: list[Gang], done: dict[str, float]) -> BurstRe
     )
 
 
+_CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
+
+
+def control_plane_cpu() -> dict[str, float]:
+    """CPU seconds so far of the bench cluster's own processes, by binary (kwokctl runs them
+    from a folder named after the cluster; the bench runs one cluster at a time)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        name = Path(argv0).name.removesuffix("-controller")
+        if "/clusters/trainop-bench" in argv0 and name in _CONTROL_PLANE:
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _cpu_since(before: dict[str, float]) -> dict[str, float]:
+    after = control_plane_cpu()
+    used = {k: round(after.get(k, 0.0) - before.get(k, 0.0), 1) for k in _CONTROL_PLANE}
+    used["total"] = round(sum(used.values()), 1)
+    return used
+
+
 def run_bare(client: Client, gangs: list[Gang], timeout: float) -> BurstResult:
     ns = "bench-bare"
     client.ensure_namespace(ns)
+    cpu0 = control_plane_cpu()
     start = time.monotonic()
     client.create_bare_gangs(gangs, ns)
     done = wait_running(client, ns, gangs, lambda p: p.metadata.labels["gang"], start, timeout)
     result = summarize("bare pods + kube-scheduler", gangs, done)
+    result.detail["control_plane_cpu_seconds"] = _cpu_since(cpu0)
     client.delete_namespace(ns)
     return result
 
@@ -442,12 +471,14 @@ def run_operator(
         metric_sum(metrics(), "trainop_api_writes_total"),
         client.apiserver_counts(),
     )
+    cp0 = control_plane_cpu()
     start = time.monotonic()
     client.create_jobs([training_job(g, ns) for g in gangs], ns)
     done = wait_running(
         client, ns, gangs, lambda p: p.metadata.labels["trainop.dev/job-name"], start, timeout
     )
     result = summarize("trainop operator", gangs, done)
+    control_plane = _cpu_since(cp0)
     after = metrics()
     writes = metric_sum(after, "trainop_api_writes_total") - writes0
     server = client.apiserver_counts()
@@ -463,6 +494,7 @@ def run_operator(
         "pods": pods,
         "writes_per_job_minus_pods": round((writes + kopf_writes - pods) / len(gangs), 2),
         "admission_cycles": metric_sum(after, "trainop_admission_cycles_total"),
+        "control_plane_cpu_seconds": control_plane,
         "writes_by_kind": {
             line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in after.splitlines()
@@ -1199,6 +1231,20 @@ def _wait_established(lc: Any, crd: str, tries: int = 10) -> None:
 _STARTUP_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
+def _control_plane_rows(ours: dict[str, Any], bare: dict[str, Any]) -> list[str]:
+    """The cluster's own CPU seconds during each run: on a 2-core machine the burst is
+    bound by the CPU all of them share with the operator."""
+    a = (ours.get("detail") or {}).get("control_plane_cpu_seconds")
+    b = (bare.get("detail") or {}).get("control_plane_cpu_seconds")
+    if not a or not b:
+        return []
+    return [
+        f"| API server CPU s | {a['kube-apiserver']} | {b['kube-apiserver']} | - | - |",
+        f"| control plane CPU s (API server, etcd, scheduler, controller-manager, KWOK) "
+        f"| {a['total']} | {b['total']} | - | - |",
+    ]
+
+
 def _wait_untainted(lc: Any, timeout: float) -> None:
     """Wait until the node lifecycle controller has lifted the start-up taints from every
     node. Ready comes first; on a busy machine the taint of a thousand new nodes lingers
@@ -1376,6 +1422,7 @@ def _burst_lines(b: dict[str, Any]) -> list[str]:
         f"| operator peak RSS MB | {t['operator_peak_rss_mb']} | - | "
         f"{kf.get('operator_peak_rss_mb', '-')} | {kq.get('operator_peak_rss_mb', '-')} "
         f"(Kueue {(kq.get('detail') or {}).get('kueue_peak_rss_mb', '-')}) |",
+        *_control_plane_rows(t, b["baseline"]),
         "",
         f"Ratio of total time, trainop / bare pods: **{b['ratio_total']}** (target <= 1.5); "
         f"Kubeflow / bare pods: **{b.get('ratio_kubeflow_total', '-')}**. API writes per job "

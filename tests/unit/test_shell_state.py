@@ -204,6 +204,21 @@ def test_written_status_wins_until_the_watch_catches_up() -> None:
     assert got is not None and got["status"] == {"phase": "Queued"}
 
 
+def test_only_the_echo_of_our_own_write_is_own() -> None:
+    state = fleet_state()
+    body = new_job("bert")
+    body["metadata"]["resourceVersion"] = "5"
+    assert not state.is_own_write(body)  # never written
+    state.upsert_job(body)
+    written = copy.deepcopy(body)
+    written["metadata"]["resourceVersion"] = "6"
+    state.record_written("team-a/bert", written)
+    assert state.is_own_write(written)
+    later = copy.deepcopy(written)
+    later["metadata"]["resourceVersion"] = "7"  # someone else's change after ours
+    assert not state.is_own_write(later)
+
+
 # --- the cycle -----------------------------------------------------------------------------
 def test_a_cycle_admits_and_assumes_so_the_next_job_sees_it() -> None:
     state = fleet_state()

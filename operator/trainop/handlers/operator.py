@@ -356,8 +356,10 @@ async def on_job_event(
         if Runtime.state.leader:
             _spawn(_delete_pods(namespace, name))
         return
+    echo = Runtime.state.is_own_write(body)
     Runtime.state.upsert_job(body)
-    await reconcile_job(job_key(namespace, name))
+    if not echo:  # the echo of our own status write: its reconcile has seen all of it
+        await reconcile_job(job_key(namespace, name))
 
 
 async def _resync_forever() -> None:

@@ -393,6 +393,18 @@ class ShellState:
         return out
 
     # --- jobs and the small kinds ----------------------------------------------------------
+    def is_own_write(self, body: Mapping[str, Any]) -> bool:
+        """Whether a watched body is the echo of trainop's own last status write (same
+        object, same resourceVersion): nothing in it that the writer did not know."""
+        meta = body.get("metadata") or {}
+        mem = self.jobs.get(job_key(meta.get("namespace") or "default", meta.get("name", "")))
+        written = mem.written if mem is not None else None
+        return (
+            written is not None
+            and written["metadata"].get("uid") == meta.get("uid")
+            and written["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+        )
+
     def upsert_job(self, body: Mapping[str, Any]) -> None:
         key = job_key(body["metadata"].get("namespace") or "default", body["metadata"]["name"])
         mem = self.memory(key)
