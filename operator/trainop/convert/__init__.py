@@ -6,8 +6,8 @@ kubeflow.org/v2beta1 MPIJob, and Kubeflow Trainer's trainer.kubeflow.org/v1alpha
 mapping (docs/migrate-from-kubeflow.md has the table); `common.Source` tracks which input
 fields were read, so each field with no equivalent comes back as a `Note` naming its path,
 and a field no converter knows is reported as not converted rather than dropped. Every
-result is checked with the operator's own validation (`planner.parse_spec`,
-`check_semantics`, `validation.check_names`).
+result is checked with the operator's own validation (`validation.checked_spec`:
+the schema, the semantic rules and the names).
 
 Neighbours: `cli/convert.py` reads the files (trainop.yamlio) and prints; this package is
 pure (dicts in, dicts and notes out).
@@ -23,8 +23,8 @@ from trainop.convert import mpi, paddle, pytorch, tensorflow, trainjob, xgboost
 from trainop.convert.common import ConvertError, Note, Source
 from trainop.convert.runtime import GROUP as TRAINER_GROUP
 from trainop.convert.runtime import RUNTIME_KINDS, RuntimeKey, index_runtimes
-from trainop.planner import InvalidJob, check_semantics, parse_spec
-from trainop.validation import check_names
+from trainop.planner import InvalidJob
+from trainop.validation import checked_spec
 
 Converter = Callable[[Source], dict[str, Any]]
 V1 = "kubeflow.org/v1"
@@ -113,9 +113,7 @@ def _dispatch(src: Source, runtimes: Mapping[RuntimeKey, Mapping[str, Any]]) -> 
 def check(job: Mapping[str, Any]) -> list[str]:
     """What trainop's validation says about the converted job ([] when it is valid)."""
     try:
-        spec = parse_spec(job)
-        check_semantics(spec)
-        check_names(str(job["metadata"]["name"]), spec)
+        checked_spec(job)
     except InvalidJob as exc:
         return [f"the TrainingJob would be Invalid: {exc.field}: {exc.detail}"]
     return []

@@ -40,7 +40,7 @@ from typing import Any
 from trainop.api import constants as c
 from trainop.api.trainingjob import TrainingJobSpec
 from trainop.inventory import Snapshot, build_snapshot
-from trainop.planner import InvalidJob, OperatorConfig, check_semantics, parse_spec
+from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
 from trainop.queueing.cluster import Inputs, intake
 from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors
@@ -56,6 +56,7 @@ from trainop.queueing.model import (
     QueueUsage,
 )
 from trainop.queueing.planning import PlannerPlacer
+from trainop.validation import checked_spec
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
 INVALID = "Invalid"  # sim-only wait reason: the planner refuses the job (see InvalidJob)
@@ -305,8 +306,7 @@ class _Sim:
     ) -> None:
         """Validate as the operator would: planner checks, queue, policy, priority."""
         try:
-            spec: TrainingJobSpec = parse_spec(job.body)
-            check_semantics(spec, self.config)
+            spec: TrainingJobSpec = checked_spec(job.body, self.config)
         except InvalidJob as exc:
             job.state, job.blocked_reason = "Invalid", INVALID
             job.blocked_message = f"{exc.field}: {exc.detail}"
