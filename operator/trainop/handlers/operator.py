@@ -254,8 +254,10 @@ async def _list_everything(namespaces: list[str]) -> dict[str | None, str]:
 
 
 async def _prune(namespaces: list[str]) -> None:
-    """Drop pods, nodes and jobs a fresh listing no longer holds (see ShellState.prune)."""
-    for kind in ("pods", "nodes", "trainingjobs"):
+    """Drop nodes and jobs a fresh listing no longer holds (see ShellState.prune). Pods need
+    no such listing: the pod feed's watch goes on from the start-up listing's version with
+    no gap, and lists again itself after 410 Gone (handlers.podfeed)."""
+    for kind in ("nodes", "trainingjobs"):
         since = Runtime.state.clock()
         names: list[dict[str, Any]] = []  # the listed objects' names, not their bodies
         async for page in _listed(kind, namespaces):
@@ -412,11 +414,7 @@ def _requeue(key: JobKey, delay: float) -> None:
 def _lock(key: JobKey) -> asyncio.Lock | None:
     """The job's lock, held by its reconcile and its evictions (None: the job is gone)."""
     mem = Runtime.state.jobs.get(key)
-    if mem is None:
-        return None
-    if mem.lock is None:
-        mem.lock = asyncio.Lock()
-    return mem.lock
+    return mem.job_lock() if mem is not None else None
 
 
 def _admission_for(key: JobKey, body: Mapping[str, Any], live: bool) -> Admission | None:
@@ -466,11 +464,9 @@ async def reconcile_job(key: JobKey) -> None:
 
 async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
     """The reconcile of one job under its lock, then its requeue."""
-    if mem.lock is None:
-        mem.lock = asyncio.Lock()
     acts: Actions | None = None
     admission: Admission | None = None
-    async with mem.lock:
+    async with mem.job_lock():
         mem.queued = False
         state = Runtime.state
         mem = state.jobs.get(key) or mem  # the job may be new under its name since

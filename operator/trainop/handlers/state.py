@@ -117,6 +117,12 @@ class JobMemory:
     checkpointed: asyncio.Event | None = None
     trailing: asyncio.Future[None] | None = None
 
+    def job_lock(self) -> asyncio.Lock:
+        """The lock its reconcile and its evictions hold, made on first use."""
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        return self.lock
+
     def newest(self) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
         indexed, written = self.body, self.written
