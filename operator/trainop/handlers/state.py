@@ -44,6 +44,7 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
+from trainop.queueing.model import key_of
 
 if TYPE_CHECKING:
     from trainop.handlers.scheduler import Verdict
@@ -55,7 +56,7 @@ PodKey = tuple[str, str]
 
 
 def job_key(namespace: str, name: str) -> JobKey:
-    return f"{namespace}/{name}"
+    return key_of(namespace, name)
 
 
 def split_key(key: JobKey) -> tuple[str, str]:

@@ -32,6 +32,7 @@ from trainop.queueing.model import (
     QueuedJob,
     QueueState,
     broken_queue,
+    key_of,
     queue_invalid_message,
 )
 from trainop.queueing.planning import PlannerPlacer, job_policy
@@ -132,7 +133,7 @@ def _ts(text: str | None) -> float | None:
 
 def job_key(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    return key_of(meta.get("namespace", "default"), meta.get("name", ""))
 
 
 def _holding(

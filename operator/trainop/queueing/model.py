@@ -92,6 +92,12 @@ def group_key(name: str | None, products: tuple[str, ...]) -> str:
     return "+".join(quota_product(p).lower() for p in products)
 
 
+def key_of(namespace: str, name: str) -> str:
+    """A job's key, "namespace/name": the one form queueing and the shell (handlers.state)
+    both use for a TrainingJob."""
+    return f"{namespace}/{name}"
+
+
 @dataclass(frozen=True)
 class QuotaGroup:
     """Nominal GPUs of one product group of a queue (TrainingQueue spec.quotas[i])."""

@@ -54,6 +54,7 @@ from trainop.queueing.model import (
     QueuedJob,
     QueueState,
     QueueUsage,
+    key_of,
 )
 from trainop.queueing.planning import PlannerPlacer
 from trainop.validation import checked_spec
@@ -251,7 +252,7 @@ def _annotation(body: Mapping[str, Any], key: str, name: str, default: float | N
 
 def job_key(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    return key_of(meta.get("namespace") or "default", meta.get("name") or "")
 
 
 class _Sim:
