@@ -30,8 +30,10 @@ def _pod(name: str, rv: str, node: str = "h100-a-01", gpus: int = 8) -> dict[str
 class ScriptedApi:
     """Streams: a list per watch call, each a list of (type, object) or an exception."""
 
-    def __init__(self, streams: list[Any], listing: list[dict[str, Any]]) -> None:
-        self.streams, self.listing = streams, listing
+    def __init__(
+        self, streams: list[Any], listing: list[dict[str, Any]], list_failures: int = 0
+    ) -> None:
+        self.streams, self.listing, self.list_failures = streams, listing, list_failures
         self.watched_from: list[str] = []
         self.done = threading.Event()
 
@@ -51,6 +53,9 @@ class ScriptedApi:
     def list_pod_pages(
         self, namespace: str | None, versions: dict[str | None, str]
     ) -> Iterator[list[dict[str, Any]]]:
+        if self.list_failures:
+            self.list_failures -= 1
+            raise ConnectionResetError("listing failed")
         versions[namespace] = "900"
         yield self.listing
 
@@ -94,6 +99,13 @@ def test_410_lists_again_and_hands_the_listing_over() -> None:
     assert [(k, s) for k, _, s in got] == [(podfeed.RELISTED, None)]
     assert [p["metadata"]["name"] for p in got[0][1]] == ["kept"]
     assert api.watched_from == ["10", "900"]  # then from the listing's version
+
+
+def test_a_listing_after_410_that_fails_is_retried() -> None:
+    api = ScriptedApi([Expired("too old")], [_pod("kept", "800")], list_failures=1)
+    got = run_feed(api)
+    assert [(k, s) for k, _, s in got] == [(podfeed.RELISTED, None)]
+    assert api.watched_from == ["10", "900"]
 
 
 def test_a_broken_stream_is_retried_from_the_same_version() -> None:

@@ -70,14 +70,16 @@ class PodFeed:
 
     # --- the watch thread -------------------------------------------------------------
     def _run(self, scope: str | None, version: str) -> None:
-        delay = 1.0
+        delay, relist = 1.0, False
         while not self.stop.is_set():
             try:
+                if relist:  # inside the try: a listing that fails is retried, not fatal
+                    version, relist = self._relist(scope), False
                 version = self._stream(scope, version)
                 delay = 1.0
             except Expired:
                 log.info("pod watch of %s expired; listing again", scope or "all namespaces")
-                version = self._relist(scope)
+                relist = True
             except Exception as exc:  # a broken stream, an API error: back off, go on
                 if self.stop.is_set():
                     return
