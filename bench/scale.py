@@ -1156,10 +1156,18 @@ def start_operator(
         out = Path(profile) / f"{log.stem}-{int(time.time())}.txt"
         spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw"]
         spy += ["--rate", "100", "--nonblocking", "-o", str(out), "--"]
+    # TRAINOP_BENCH_MEMRAY=DIR: the operator runs under memray (aggregated capture; `memray
+    # flamegraph` on it shows what was allocated at the peak of its memory).
+    memray = os.environ.get("TRAINOP_BENCH_MEMRAY")
+    python = [sys.executable]
+    if memray:
+        Path(memray).mkdir(parents=True, exist_ok=True)
+        out = Path(memray) / f"{log.stem}-{int(time.time())}.bin"
+        python += ["-m", "memray", "run", "--aggregate", "--force", "-o", str(out)]
     proc = subprocess.Popen(
         [
             *spy,
-            sys.executable,
+            *python,
             "-m",
             "trainop.cli.main",
             "run",

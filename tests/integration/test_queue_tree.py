@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -105,6 +106,10 @@ def test_tree_borrows_up_and_reclaims_down(kube: Kube, tree: dict[str, str]) -> 
     for name in ("d1", "d2", "d3"):
         kube.apply(_job(det, name))
         kube.wait_for(f"{name} running", lambda name=name: _running(kube, det, name), timeout=60)
+        # Start and creation times have a one-second resolution: a gang started in the same
+        # second as the one before ties with it on age, and the tie goes by name
+        # (queueing.ordering.victim_order), so d2 could be taken as "the youngest".
+        time.sleep(1.1)
     kube.wait_for(
         "usage per level",
         lambda: (

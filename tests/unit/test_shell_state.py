@@ -219,6 +219,21 @@ def test_only_the_echo_of_our_own_write_is_own() -> None:
     assert not state.is_own_write(later)
 
 
+def test_the_echo_of_a_write_that_ended_the_job_is_reconciled() -> None:
+    # Kueue's Workload is marked Finished by the reconcile that reads the terminal phase;
+    # skipping this echo left it to whatever pod event came next (a flaky integration test).
+    state = fleet_state()
+    body = new_job("bert")
+    body["metadata"]["resourceVersion"] = "5"
+    state.upsert_job(body)
+    for phase, own in (("Running", True), ("Succeeded", False), ("Failed", False)):
+        written = copy.deepcopy(body)
+        written["metadata"]["resourceVersion"] = "6"
+        written["status"] = {"phase": phase}
+        state.record_written("team-a/bert", written)
+        assert state.is_own_write(written) is own, phase
+
+
 # --- the cycle -----------------------------------------------------------------------------
 def test_a_cycle_admits_and_assumes_so_the_next_job_sees_it() -> None:
     state = fleet_state()

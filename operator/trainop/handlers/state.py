@@ -402,8 +402,12 @@ class ShellState:
     # --- jobs and the small kinds ----------------------------------------------------------
     def is_own_write(self, body: Mapping[str, Any]) -> bool:
         """Whether a watched body is the echo of trainop's own last status write (same
-        object, same resourceVersion): nothing in it that the writer did not know."""
+        object, same resourceVersion): nothing in it that the writer did not know. A write
+        that ended the job is not one: what follows the end reads the terminal phase the
+        writing reconcile planned without (Kueue's Workload marked Finished, cleanup, TTL)."""
         meta = body.get("metadata") or {}
+        if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
         mem = self.jobs.get(job_key(meta.get("namespace") or "default", meta.get("name", "")))
         written = mem.written if mem is not None else None
         return (

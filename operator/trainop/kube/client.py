@@ -198,7 +198,11 @@ class KubeApi:
         self.faults.maybe_fail()
         try:
             # Fake (and real) kubelets get a short grace: a broken gang must free its GPUs.
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=5)
+            _discard(
+                self.core.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=5, _preload_content=False
+                )
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -372,11 +376,6 @@ class KubeApi:
     def list_all(self, kind: str, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
         """Every object of a watched kind at once (see list_pages)."""
         return [item for page in self.list_pages(kind, namespaces) for item in page]
-
-    def list_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """Used only on deletion (cold path): the pods labelled for this job."""
-        pods = self.core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB_NAME}={name}")
-        return [client.ApiClient().sanitize_for_serialization(p) for p in pods.items]
 
 
 # kind -> (plural, namespaced) of trainop's own kinds; the rest are core/scheduling kinds.
