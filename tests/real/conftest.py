@@ -5,7 +5,9 @@ machine cannot run containers. Run by `make test-real`, never by `make test`."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,20 +39,76 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"real-node tier: {reason}"))
 
 
+def import_images(lc: LocalCluster, names: Iterable[str]) -> None:
+    """Build (or take from the cache) each image and import it into every real node."""
+    rn = lc.real_nodes()
+    for name in names:
+        archive = images.build_image(name, print)
+        for node in rn.existing():
+            started = time.monotonic()
+            rn.import_image(node, archive, images.image_ref(name))
+            print(f"imported {name} into {node.name} in {time.monotonic() - started:.0f} s")
+
+
+class BackgroundImports:
+    """The framework images (test_3_frameworks.py), imported in a thread from the moment the
+    cluster is up: the 80-90 s of `ctr images import` (mostly disk) overlap the PyTorch,
+    Helm and MPI tests that run first, instead of delaying the frameworks' first test."""
+
+    def __init__(self, lc: LocalCluster) -> None:
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(lc,), daemon=True)
+        self.thread.start()
+
+    def _run(self, lc: LocalCluster) -> None:
+        try:
+            import_images(lc, images.FRAMEWORK_IMAGES)
+        except BaseException as exc:  # raised in the test that needs the images
+            self.error = exc
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 @pytest.fixture(scope="session")
-def real_cluster() -> Iterator[LocalCluster]:
+def real_cluster_and_imports(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[LocalCluster, BackgroundImports | None]]:
     lc = LocalCluster(name=CLUSTER_NAME, bin_dir=os.environ.get("TRAINOP_BIN_DIR"))
     lc.up(str(Path(__file__).parent / "fleet-real.yaml"), real_nodes=1)
+    background = None
     try:
-        rn = lc.real_nodes()
-        for name in IMAGES:
-            archive = images.build_image(name, print)
-            for node in rn.existing():
-                rn.import_image(node, archive, images.image_ref(name))
-        yield lc
+        import_images(lc, IMAGES)
+        if any("test_3_frameworks" in item.nodeid for item in request.session.items):
+            background = BackgroundImports(lc)
+        yield lc, background
     finally:
+        if background is not None:
+            background.thread.join()  # never tear the node down under an import
         if os.environ.get("TRAINOP_KEEP_CLUSTER") != "1":
             lc.down()
+
+
+@pytest.fixture(scope="session")
+def real_cluster(
+    real_cluster_and_imports: tuple[LocalCluster, BackgroundImports | None],
+) -> LocalCluster:
+    return real_cluster_and_imports[0]
+
+
+@pytest.fixture(scope="session")
+def framework_images(
+    real_cluster_and_imports: tuple[LocalCluster, BackgroundImports | None],
+) -> dict[str, str]:
+    """image name -> ref of the four framework images, once they are in the real nodes."""
+    lc, background = real_cluster_and_imports
+    if background is None:  # not started for this session's tests: import now
+        import_images(lc, images.FRAMEWORK_IMAGES)
+    else:
+        background.wait()
+    return {name: images.image_ref(name) for name in images.FRAMEWORK_IMAGES}
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ PyTorch gang restart of test_1_training.py covers the same operator path by defa
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import replace
 
 import pytest
@@ -33,22 +32,13 @@ from tests.real.scenarios import (
     run_failing,
     run_killed,
 )
-from trainop.cluster import images
-from trainop.cluster.local import LocalCluster
 
 
 @pytest.fixture(scope="module")
-def fw_target(target: Target, real_cluster: LocalCluster) -> Target:
-    """The session's target plus the four framework images, imported into the real nodes."""
-    rn = real_cluster.real_nodes()
-    for name in images.FRAMEWORK_IMAGES:
-        archive = images.build_image(name, print)
-        for node in rn.existing():
-            started = time.monotonic()
-            rn.import_image(node, archive, images.image_ref(name))
-            print(f"imported {name} into {node.name} in {time.monotonic() - started:.0f} s")
-    refs = {name: images.image_ref(name) for name in images.FRAMEWORK_IMAGES}
-    return replace(target, images={**target.images, **refs})
+def fw_target(target: Target, framework_images: dict[str, str]) -> Target:
+    """The session's target plus the four framework images, imported into the real nodes
+    (in the background from the start of the session: tests/real/conftest.py)."""
+    return replace(target, images={**target.images, **framework_images})
 
 
 def test_tensorflow_multiworker_allreduce_and_loss(fw_target: Target, namespace: str) -> None:

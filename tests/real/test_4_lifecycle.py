@@ -98,9 +98,10 @@ def test_preempted_job_checkpoints_first_and_resumes(
     low = example(target, "pytorch-preempt-cpu.yaml", namespace)
     volume = low["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]
     volume["hostPath"]["path"] = f"/var/tmp/trainop-checkpoints/{namespace}"
+    total = low["spec"]["progress"]["totalSteps"]
     run = _preempt(target, namespace, low, checkpoint=True)
     # kubectl get tj showed the progress column while it ran.
-    assert re.search(r"\b\d+/300 \(\d+%\)", run["shown"]), run["shown"]
+    assert re.search(rf"\b\d+/{total} \(\d+%\)", run["shown"]), run["shown"]
     status = run["status"]
     request, reported = status.get("checkpointRequest") or {}, status.get("progress") or {}
     checkpoint = reported.get("lastCheckpoint") or {}
@@ -133,7 +134,7 @@ def test_preempted_job_checkpoints_first_and_resumes(
     assert start == checkpoint["step"] + 1, (done.group(0), checkpoint)
     assert after < 1.5 * saved_loss + 1e-3, (after, saved_loss)
     assert saved_loss < float(first_run.group(1)) / 2, (saved_loss, first_run.group(0))
-    assert tj["status"]["progress"]["step"] == 299
+    assert tj["status"]["progress"]["step"] == total - 1
     print(
         f"checkpoint test: asked at step {request['step']}, checkpoint at step "
         f"{checkpoint['step']} (loss {saved_loss:.4g}; step 0's {first_run.group(1)}), resumed "
