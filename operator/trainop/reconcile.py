@@ -87,6 +87,9 @@ class Actions:
     # The pods in `create` are a whole gang: release them as soon as every create has
     # succeeded, without waiting for the watch to show them (a failed create releases none).
     release_created: bool = False
+    # Pods ending on a node that was deleted: no kubelet will confirm their end, so they are
+    # deleted with no grace (pod name -> node; the shell checks the node is gone first).
+    force_delete: dict[str, str] = field(default_factory=dict)
 
 
 def iso(t: datetime) -> str:
@@ -313,6 +316,7 @@ class _Ctx:
         # One action per pod: a pod being deleted is neither deleted twice nor released.
         acts.delete_pods = list(dict.fromkeys(acts.delete_pods))
         acts.ungate = [n for n in acts.ungate if n not in acts.delete_pods]
+        acts.force_delete = _stranded(self, acts.delete_pods)
         return acts
 
     def delete_all(self) -> None:
@@ -892,6 +896,24 @@ def _known_names(snapshot: Snapshot) -> set[str]:
     return {n.name for n in snapshot.nodes} | {
         n.labels.get(c.LABEL_HOSTNAME, "") for n in snapshot.nodes
     }
+
+
+def _stranded(ctx: _Ctx, deleted: list[str]) -> dict[str, str]:
+    """Pods being deleted (now, or before) that are bound to a node no longer in the fleet.
+    Left to Kubernetes, they stay Terminating until kube-controller-manager's pod garbage
+    collector removes pods of deleted nodes, after a quarantine of 40 s or more
+    (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-garbage-collection),
+    and a gang restarted elsewhere reuses their names, so it waited as long."""
+    ending = set(deleted) | {p["metadata"]["name"] for p in ctx.deleting}
+    bound = {
+        p["metadata"]["name"]: str((p.get("spec") or {}).get("nodeName") or "")
+        for p in [*ctx.live, *ctx.deleting]
+        if p["metadata"]["name"] in ending
+    }
+    if not any(bound.values()):
+        return {}
+    fleet = ctx.fleet()
+    return {name: node for name, node in bound.items() if node and fleet.get(node) is None}
 
 
 def _lost_nodes(pods: Sequence[Mapping[str, Any]], snapshot: Snapshot) -> list[str]:

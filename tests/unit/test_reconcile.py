@@ -1622,6 +1622,28 @@ def test_a_failing_node_restarts_the_whole_gang_without_counting(
     assert phrase in cond(acts.status, "Restarting")["message"]
     assert sorted(acts.delete_pods) == [W0, W1]
     assert int(acts.status.get("restartCount") or 0) == 0
+    # Only the pod of a deleted node goes without grace: no kubelet will confirm its end.
+    assert acts.force_delete == ({W0: "a100-01"} if drop else {})
+
+
+@pytest.mark.parametrize(
+    ("drop", "forced"),
+    [
+        pytest.param("a100-01", {W0: "a100-01"}, id="old-pod-on-a-deleted-node"),
+        pytest.param(None, {}, id="old-pods-on-live-nodes-keep-their-grace"),
+    ],
+)
+def test_an_old_gang_stuck_on_a_deleted_node_is_deleted_without_grace(
+    drop: str | None, forced: dict[str, str]
+) -> None:
+    # The restart waits for the old gang to be gone (names are reused); a pod of a deleted
+    # node would stay Terminating until the pod garbage collector's quarantine ran out.
+    gang, snapshot = _fleet(None, drop)
+    for p in gang:
+        p["metadata"]["deletionTimestamp"] = ago(10)
+    acts = run(running(), gang, snapshot=snapshot)
+    assert acts.force_delete == forced
+    assert not acts.create
 
 
 @pytest.mark.parametrize(

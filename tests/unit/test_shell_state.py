@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.builders import busy, fleet_nodes, job, pod, uid_of
-from trainop.handlers.scheduler import AdmissionLoop, Verdict, plan_pods
+from trainop.handlers.scheduler import AdmissionLoop, Verdict, gather, plan_pods
 from trainop.handlers.state import Assumed, JobKey, ShellState
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
@@ -401,6 +402,37 @@ def test_a_created_pod_deleted_before_the_watch_saw_it_is_gone_for_its_job() -> 
     state.forget("team-a/bert")
     assert state.inflight == {}
     assert state.job_pods("team-a/bert", uid_of("bert")) == []
+
+
+@pytest.mark.parametrize(
+    ("case", "terminating", "pods", "gathered"),
+    [
+        ("namespace-live", False, [], True),
+        ("terminating-without-pods", True, [], False),
+        ("terminating-pods-going-too", True, ["deleting"], False),
+        ("terminating-with-a-live-pod", True, ["live"], True),
+    ],
+)
+def test_a_job_whose_namespace_is_going_away_is_not_admitted(
+    case: str, terminating: bool, pods: list[str], gathered: bool
+) -> None:
+    # Deleting a namespace takes its pods first, often before its jobs: a job left with no
+    # pod looked as if its gang had to start again, and was admitted into a namespace that
+    # refuses every create, holding GPUs until its assumption ran out.
+    state = fleet_state()
+    body = new_job("bert")
+    state.upsert_job(body)
+    for i, kind in enumerate(pods):
+        made = pod(f"bert-worker-{i}")
+        state.upsert_pod((made.deleting() if kind == "deleting" else made).build())
+    meta: dict[str, Any] = {"name": "team-a", "labels": {}}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    state.upsert_namespace({"metadata": meta})
+    work = gather(state, OperatorConfig(), datetime(2026, 11, 26), 0.0)
+    assert ("team-a/bert" in work.signatures) is gathered, case
+    state.remove_namespace("team-a")
+    assert not state.terminating
 
 
 # --- full listings ---------------------------------------------------------------------------

@@ -304,11 +304,7 @@ def _upsert_fabric(state: ShellState, body: kopf.Body) -> None:
 # Cluster-scoped kinds that only feed the state.
 for _resource, _upsert, _remove in (
     (QUEUES, ShellState.upsert_queue, ShellState.remove_queue),
-    (
-        "namespaces",
-        lambda s, b: s.upsert_namespace(b["metadata"]["name"], b["metadata"].get("labels") or {}),
-        ShellState.remove_namespace,
-    ),
+    ("namespaces", ShellState.upsert_namespace, ShellState.remove_namespace),
     (
         "priorityclasses.scheduling.k8s.io",
         lambda s, b: s.upsert_priority(b["metadata"]["name"], int(b.get("value") or 0)),
@@ -630,7 +626,10 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     state = Runtime.state
     for gone in acts.delete_pods:
         state.drop_created(ns, gone)
-    await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods))
+    forced = await _force_delete(ns, acts.force_delete)
+    await asyncio.gather(
+        *(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods if g not in forced)
+    )
     # Admission is news before the gang's pods exist (Kueue's Workload is admitted before
     # its pods, too): a large gang takes seconds to create. Should a create fail, the job
     # goes back in line (_report_failure), where it waits with the reason.
@@ -661,6 +660,22 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         await _event(body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _force_delete(ns: str, stranded: Mapping[str, str]) -> set[str]:
+    """Pods bound to a node that left the fleet, deleted with no grace once the API server
+    confirms the Node is gone, as kube-controller-manager's pod garbage collector checks
+    before it does the same after its quarantine. Returns the pods deleted."""
+    api = Runtime.api
+    assert api is not None
+    nodes = sorted(set(stranded.values()))
+    answers = await asyncio.gather(*(asyncio.to_thread(api.node_gone, n) for n in nodes))
+    gone = {n for n, is_gone in zip(nodes, answers, strict=True) if is_gone}
+    forced = {pod for pod, node in stranded.items() if node in gone}
+    for pod in sorted(forced):
+        log.info("pod %s/%s: node %s is gone; deleted without grace", ns, pod, stranded[pod])
+    await asyncio.gather(*(asyncio.to_thread(api.delete_pod, ns, p, 0) for p in sorted(forced)))
+    return forced
 
 
 def _admits(body: Mapping[str, Any], acts: Actions) -> bool:

@@ -146,7 +146,7 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
     for key in sorted(state.jobs):
         mem = state.jobs[key]
         body = mem.newest()
-        if body is None or state.is_rejected(key, body):
+        if body is None or state.is_rejected(key, body) or state.going_away(key):
             continue
         wait = _backoff_left(body, config, now)
         if wait > 0:

@@ -166,6 +166,7 @@ class ShellState:
     jobs: dict[JobKey, JobMemory] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    terminating: set[str] = field(default_factory=set)  # namespaces being deleted
     priorities: dict[str, int] = field(default_factory=dict)
     fabrics: dict[str, FabricProfile] = field(default_factory=dict)
     _assuming: set[JobKey] = field(default_factory=set)  # the jobs whose record has `assumed`
@@ -503,14 +504,31 @@ class ShellState:
             self.queue_status.pop(name, None)
             self._changed_inputs()
 
-    def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
-        if self.namespaces.get(name) != dict(labels):
-            self.namespaces[name] = dict(labels)
+    def upsert_namespace(self, body: Mapping[str, Any]) -> None:
+        """A namespace's labels (queues select by them) and whether it is being deleted."""
+        meta = body["metadata"]
+        name, labels = meta["name"], dict(meta.get("labels") or {})
+        going = bool(meta.get("deletionTimestamp"))
+        if self.namespaces.get(name) != labels or (name in self.terminating) != going:
+            self.namespaces[name] = labels
+            (self.terminating.add if going else self.terminating.discard)(name)
             self._changed_inputs()
 
     def remove_namespace(self, name: str) -> None:
+        self.terminating.discard(name)
         if self.namespaces.pop(name, None) is not None:
             self._changed_inputs()
+
+    def going_away(self, key: JobKey) -> bool:
+        """A job whose namespace is being deleted and that has no live pod: it will never
+        run (the API server refuses new objects there), so it is not admitted. Its pods
+        often go before it does, and the gang looked as if it had to start again."""
+        if split_key(key)[0] not in self.terminating:
+            return False
+        mem = self.jobs.get(key)
+        body = mem.newest() if mem is not None else None
+        uid = body["metadata"].get("uid") if body is not None else None
+        return not any(not p["metadata"].get("deletionTimestamp") for p in self.job_pods(key, uid))
 
     def upsert_priority(self, name: str, value: int) -> None:
         if self.priorities.get(name) != value:
@@ -818,9 +836,7 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
     "pods": ShellState.upsert_pod,
     "trainingjobs": ShellState.upsert_job,
     "trainingqueues": ShellState.upsert_queue,
-    "namespaces": lambda s, b: s.upsert_namespace(
-        b["metadata"]["name"], (b["metadata"].get("labels") or {})
-    ),
+    "namespaces": ShellState.upsert_namespace,
     "priorityclasses": lambda s, b: s.upsert_priority(
         b["metadata"]["name"], int(b.get("value") or 0)
     ),

@@ -193,19 +193,30 @@ class KubeApi:
                 return None
             raise
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, grace: int = 5) -> None:
+        """Fake (and real) kubelets get a short grace: a broken gang must free its GPUs.
+        Grace 0 removes the object at once (for pods whose node is gone)."""
         metrics.API_WRITES.labels("delete", "Pod").inc()
         self.faults.maybe_fail()
         try:
-            # Fake (and real) kubelets get a short grace: a broken gang must free its GPUs.
             _discard(
                 self.core.delete_namespaced_pod(
-                    name, namespace, grace_period_seconds=5, _preload_content=False
+                    name, namespace, grace_period_seconds=grace, _preload_content=False
                 )
             )
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def node_gone(self, name: str) -> bool:
+        """Whether the API server has no Node of this name (asked, not read from a cache)."""
+        try:
+            _discard(self.core.read_node(name, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
 
     def ungate_pod(self, namespace: str, name: str, remaining_gates: list[dict[str, Any]]) -> None:
         """Remove trainop's scheduling gate (other controllers' gates stay)."""
