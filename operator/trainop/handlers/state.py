@@ -523,8 +523,8 @@ class ShellState:
         """A job whose namespace is being deleted and that has no live pod: it will never
         run (the API server refuses new objects there), so it is not admitted. Its pods
         often go before it does, and the gang looked as if it had to start again."""
-        if split_key(key)[0] not in self.terminating:
-            return False
+        if not self.terminating or split_key(key)[0] not in self.terminating:
+            return False  # (the cycle asks for every job: nothing to split, mostly)
         mem = self.jobs.get(key)
         body = mem.newest() if mem is not None else None
         uid = body["metadata"].get("uid") if body is not None else None
