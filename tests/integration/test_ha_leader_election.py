@@ -236,6 +236,13 @@ def test_summed_over_replicas_each_job_counts_once(
         ),
         timeout=60,
     )
-    # At no scrape in the whole run did the sum count a job twice.
-    peak = prom.value(f'max_over_time(sum(trainop_jobs{{queue="{ha_queue}"}})[5m:1s])')
+    # At no scrape in the whole run did the sum count a job twice. The subquery's steps fall
+    # on whole seconds, so a scrape from the last second may not be in it yet: wait until
+    # the newest count (4) is, then a peak above it would be a job counted twice.
+    query = f'max_over_time(sum(trainop_jobs{{queue="{ha_queue}"}})[5m:1s])'
+    peak = kube.wait_for(
+        "the 5-minute peak to include the newest scrape",
+        lambda: (p := prom.value(query)) is not None and p >= 4 and p,
+        timeout=15,
+    )
     assert peak == 4, peak
