@@ -143,21 +143,17 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
     """The cycle's inputs from the state, on the event loop (bodies are replaced, never
     mutated, so the references stay valid while the decision runs in a worker thread)."""
     work = Work()
-    revisions = (state.node_revision, state.inputs_revision)  # the same for every job
-    for key, mem in sorted(state.jobs.items()):
+    for key in sorted(state.jobs):
+        mem = state.jobs[key]
         body = mem.newest()
         if body is None or state.is_rejected(key, body) or state.going_away(key):
             continue
-        status = body.get("status")
-        if status and status.get("phase") == "Restarting":
-            wait = _backoff_left(body, config, now)
-            if wait > 0:
-                work.later.append(started + wait)
-                continue
+        wait = _backoff_left(body, config, now)
+        if wait > 0:
+            work.later.append(started + wait)
+            continue
         work.bodies.append(body)
-        # state.intake_signature(key), without looking the job up again
-        signature = (key, (mem.version, *revisions), config)
-        work.signatures[key] = signature
+        work.signatures[key] = signature = (key, state.intake_signature(key), config)
         kept = mem.intake
         if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
             work.known[key] = kept[1]
