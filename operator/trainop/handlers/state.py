@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
+from trainop.api.trainingjob import TERMINAL_PHASES
 from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
@@ -407,7 +408,7 @@ class ShellState:
         that ended the job is not one: what follows the end reads the terminal phase the
         writing reconcile planned without (Kueue's Workload marked Finished, cleanup, TTL)."""
         meta = body.get("metadata") or {}
-        if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return False
         mem = self.jobs.get(job_key(meta.get("namespace") or "default", meta.get("name", "")))
         written = mem.written if mem is not None else None
@@ -851,7 +852,7 @@ def _finished(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     in between, which admits it again; nothing else would wake the loop afterwards.)"""
     was = (old.get("status") or {}).get("phase")
     now = (new.get("status") or {}).get("phase")
-    return now in ("Succeeded", "Failed") and was != now
+    return now in TERMINAL_PHASES and was != now
 
 
 def _meta_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
