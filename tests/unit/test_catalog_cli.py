@@ -115,7 +115,11 @@ def test_check_lists_unconfirmed_facts_and_fails() -> None:
 
 def test_check_passes_when_everything_is_confirmed(tmp_path: Path) -> None:
     cat = load_catalog()
-    over = {"releases": {r.name: {"unconfirmed": []} for r in cat.releases if r.unconfirmed}}
+    over = {
+        "releases": {r.name: {"unconfirmed": []} for r in cat.releases if r.unconfirmed},
+        "gpus": {g.label: {"unconfirmed": []} for g in cat.gpus if g.unconfirmed},
+        "images": {i.framework: {"unconfirmed": []} for i in cat.images if i.unconfirmed},
+    }
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"catalogOverrides": over}))
     result = run("--check", "--config", str(config))

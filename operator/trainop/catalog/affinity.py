@@ -10,8 +10,9 @@ express: driver *branch* (major) and compute capability. Two properties hold:
 - as strict at branch level: a node rejected for compute capability, product,
   driver branch or a non-data-center GPU on a forward-compatibility branch matches no
   term. It is coarser only on driver minor numbers (R550 at 550.40 passes a
-  "driver >= 550.54.14" term), on GPU memory (not expressed) and on labels present
-  but malformed.
+  "driver >= 550.54.14" term), on GPU memory (not expressed), on a product's own CUDA
+  floor (catalog `gpus.*.min_cuda`: a B300 passes the compute-capability terms of a CUDA
+  12.8 image, `check_node` refuses it) and on labels present but malformed.
 
 Terms are ORed, expressions inside a term ANDed. Equality on numbers is written as
 Gt N-1 plus Lt N+1 rather than In, so that "08" and "8" compare alike, as they do in

@@ -20,7 +20,8 @@ A node runs an image that needs CUDA X.Y iff
   (b) its compute capability is inside what CUDA X.Y can target: >= the release's
       min_cc and >= what CUDA major X still builds for (12 -> 5.0, 13 -> 7.5), and its
       major <= the major of the newest architecture X.Y knows (Ampere needs 11.0,
-      Hopper 11.8, Blackwell 12.8);
+      Hopper 11.8, Blackwell 12.8), and at least the product's own CUDA floor where the
+      catalog records one (B300/GB300: 12.9);
   (c) its product is in the job's allow-list (if any) and its GPU memory is enough.
 A GPU node whose driver label is missing is never ok: its GPUs cannot be trusted to
 work. Missing or malformed labels never raise.
@@ -317,7 +318,24 @@ def _check_arch(
             req,
             f"{product} ({facts.compute_capability_text}{need_text})",
         )
-    return None
+    return _check_product_cuda(catalog, facts, product, need)
+
+
+def _check_product_cuda(
+    catalog: Catalog, facts: GpuFacts, product: str, need: CudaVersion | None
+) -> Compat | None:
+    """The product's own CUDA floor (catalog `gpus.*.min_cuda`): B300 (10.3) needs images
+    built with CUDA >= 12.9 although 12.8 already targets compute capability 10.0."""
+    gpu = catalog.gpu(facts.product)
+    if gpu is None or gpu.min_cuda is None or need is None or need >= gpu.min_cuda:
+        return None
+    req = f"{gpu.label} needs images built with CUDA >= {cuda_text(gpu.min_cuda)}"
+    return _fail(
+        KIND_COMPUTE,
+        f"{req}; the image has CUDA {cuda_text(need)}",
+        f"the image is built with CUDA {cuda_text(need)}",
+        f"{product} (needs CUDA >= {cuda_text(gpu.min_cuda)})",
+    )
 
 
 def _driver_modes(

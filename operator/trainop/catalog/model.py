@@ -53,8 +53,14 @@ _BY_FRAMEWORK_FIELDS = frozenset({"cuda", "min_driver", "fc_branches"})
 # Release facts that decide whether a node can run an image: an unconfirmed one makes the
 # release "unconfirmed" for image choice (confirmed releases are preferred).
 NODE_FACTS = ("cuda", "min_driver", "min_cc")
-_GPU_FIELDS = frozenset({"cc", "family", "memory_mib", "data_center"})
-_IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until"})
+_GPU_FIELDS = frozenset(
+    {"cc", "family", "memory_mib", "data_center", "min_cuda", "min_driver", "unconfirmed"}
+)
+# GPU facts a product entry may mark unconfirmed (`trainop catalog --check` lists them).
+_GPU_UNCONFIRMABLE = frozenset({"label", "cc", "family", "memory_mib", "min_cuda", "min_driver"})
+_IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until", "unconfirmed"})
+# Image facts an image entry may mark unconfirmed: whether it bundles Horovod.
+_IMAGE_UNCONFIRMABLE = frozenset({"horovod"})
 
 # GFD writes the product with spaces turned into '-'; older drivers omit the "NVIDIA-"
 # prefix, time-slicing appends "-SHARED" and the MIG single strategy "-MIG-<profile>"
@@ -181,6 +187,14 @@ class GpuProduct:
     family: str | None = None
     memory_mib: int | None = None
     data_center: bool = False
+    # The oldest CUDA whose images run on this product (the first toolkit that targets its
+    # architecture) and the oldest driver known to drive it; None when not recorded.
+    min_cuda: CudaVersion | None = None
+    min_driver: Version | None = None
+    unconfirmed: frozenset[str] = frozenset()
+
+    def is_unconfirmed(self, what: str) -> bool:
+        return what in self.unconfirmed
 
 
 @dataclass(frozen=True)
@@ -193,6 +207,7 @@ class ImageSpec:
     tag: str  # "{release}-py3"
     since: tuple[int, int] | None = None
     until: tuple[int, int] | None = None
+    unconfirmed: frozenset[str] = frozenset()
 
     def image_for(self, release: Release) -> str:
         return f"{self.repository}:{self.tag.format(release=release.name)}"
@@ -492,12 +507,21 @@ def _gpu(label: Any, data: Any) -> GpuProduct:
     if not isinstance(dc, bool):
         raise CatalogError(f"{where}.data_center: expected true or false, got {dc!r}")
     fam = d.get("family")
+    unc = d.get("unconfirmed", [])
+    if not isinstance(unc, list) or any(u not in _GPU_UNCONFIRMABLE for u in unc):
+        raise CatalogError(
+            f"{where}.unconfirmed: expected a list of {', '.join(sorted(_GPU_UNCONFIRMABLE))}, "
+            f"got {unc!r}"
+        )
     return GpuProduct(
         label=label,
         cc=_cc(f"{where}.cc", d["cc"]),
         family=_str(f"{where}.family", fam) if fam is not None else None,
         memory_mib=mem,
         data_center=dc,
+        min_cuda=_cc(f"{where}.min_cuda", d["min_cuda"]) if "min_cuda" in d else None,
+        min_driver=_version(f"{where}.min_driver", d["min_driver"]) if "min_driver" in d else None,
+        unconfirmed=frozenset(unc),
     )
 
 
@@ -525,6 +549,12 @@ def _image(framework: Any, data: Any, shipped: set[str]) -> ImageSpec:
             rn = _release_name(f"{where}.{k}", d[k])
             yy, mm = rn.split(".")
             bounds[k] = (int(yy), int(mm))
+    unc = d.get("unconfirmed", [])
+    if not isinstance(unc, list) or any(u not in _IMAGE_UNCONFIRMABLE for u in unc):
+        raise CatalogError(
+            f"{where}.unconfirmed: expected a list of {', '.join(sorted(_IMAGE_UNCONFIRMABLE))}, "
+            f"got {unc!r}"
+        )
     return ImageSpec(
         framework=framework,
         ships=ships,
@@ -532,6 +562,7 @@ def _image(framework: Any, data: Any, shipped: set[str]) -> ImageSpec:
         tag=tag,
         since=bounds.get("since"),
         until=bounds.get("until"),
+        unconfirmed=frozenset(unc),
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE, check_node
 from trainop.catalog.gfd import GpuFacts
 from trainop.catalog.images import ResolutionError, parse_cuda
-from trainop.catalog.model import Catalog, Release
+from trainop.catalog.model import Catalog, Release, version_text
 
 _MARK = "*"
 
@@ -93,7 +93,9 @@ def catalog_table(
 
 
 def unconfirmed_facts(catalog: Catalog) -> list[str]:
-    """One line per release with unconfirmed facts: 'NGC 24.01: cuda 12.3.2, ...'."""
+    """One line per catalog entry with unconfirmed facts: releases ('NGC 24.01: cuda 12.3.2;
+    ...'), GPU products ('GPU NVIDIA-H20: cc 9.0; ...') and images ('image mpi (...): which
+    releases still bundle Horovod')."""
     out = []
     for r in reversed(catalog.releases):
         if not r.unconfirmed:
@@ -110,7 +112,28 @@ def unconfirmed_facts(catalog: Catalog) -> list[str]:
         }
         facts = "; ".join(f"{f} {values.get(f) or '-'}" for f in sorted(r.unconfirmed))
         out.append(f"NGC {r.name}: {facts}")
+    for g in catalog.gpus:
+        if not g.unconfirmed:
+            continue
+        gv = {
+            "label": g.label,
+            "cc": version_text(g.cc),
+            "family": g.family,
+            "memory_mib": str(g.memory_mib) if g.memory_mib else None,
+            "min_cuda": version_text(g.min_cuda) if g.min_cuda else None,
+            "min_driver": version_text(g.min_driver) if g.min_driver else None,
+        }
+        facts = "; ".join(f"{f} {gv.get(f) or '-'}" for f in sorted(g.unconfirmed))
+        out.append(f"GPU {g.label}: {facts}")
+    for i in catalog.images:
+        for f in sorted(i.unconfirmed):
+            out.append(f"image {i.framework} ({i.repository}): {_IMAGE_FACTS.get(f, f)}")
     return out
+
+
+_IMAGE_FACTS = {
+    "horovod": "which releases still bundle Horovod",
+}
 
 
 def _runs(names: list[str], order: list[str]) -> str:

@@ -99,8 +99,8 @@ def catalog(
         for line in lines:
             click.echo(line)
         click.echo(
-            f"{len(lines)} releases with unconfirmed facts; confirm them against NVIDIA's "
-            "release notes and set them through catalogOverrides"
+            f"{len(lines)} catalog entries (releases, GPUs, images) with unconfirmed facts; "
+            "confirm them against NVIDIA's release notes and set them through catalogOverrides"
             if lines
             else "every catalog fact is confirmed"
         )
