@@ -19,6 +19,7 @@ from trainop import frameworks
 from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
+from trainop.api.reasons import WaitReason
 from trainop.api.templatecheck import template_problems
 from trainop.api.trainingjob import TrainingJobSpec, elastic_problem
 from trainop.catalog import (
@@ -139,7 +140,7 @@ class InvalidJob(Exception):
 class Wait:
     """Valid, but cannot be placed now. reason: NoFit | Incompatible."""
 
-    reason: str
+    reason: WaitReason
     message: str
     details: tuple[str, ...] = ()
 
@@ -522,16 +523,18 @@ def plan_job(
     ref = job_ref(body)
     if not snapshot.nodes:
         candidates(spec, config)
-        return Wait("Incompatible", "the cluster has no nodes")
+        return Wait(WaitReason.INCOMPATIBLE, "the cluster has no nodes")
     if config.gang_scheduling == KUBERNETES:  # kube-scheduler waits for room, not trainop
         snapshot, gated = free_fleet(snapshot), False
     chosen = choose_gang(spec, ref.name, snapshot, config)
     if chosen.result is None:
         return Wait(
-            "Incompatible", chosen.incompatible or "no node can run the image", brief(chosen.tried)
+            WaitReason.INCOMPATIBLE,
+            chosen.incompatible or "no node can run the image",
+            brief(chosen.tried),
         )
     if isinstance(chosen.result, NoFit):
-        return Wait("NoFit", chosen.result.reason, tuple(chosen.result.details))
+        return Wait(WaitReason.NOFIT, chosen.result.reason, tuple(chosen.result.details))
     plan = build_plan(
         ref,
         spec,
@@ -611,7 +614,7 @@ def plan_growth(
             gpu_resource=chosen.gpu_resource,
         )
         return replace(plan, compatibility=chosen.compatibility), where
-    return Wait("NoFit", f"no room for {size - grow_from} more workers anywhere")
+    return Wait(WaitReason.NOFIT, f"no room for {size - grow_from} more workers anywhere")
 
 
 def _growth_scopes(snapshot: Snapshot, held: Collection[str]) -> list[tuple[Snapshot, str]]:

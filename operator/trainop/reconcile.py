@@ -27,6 +27,7 @@ from typing import Any
 
 from trainop import progress
 from trainop.api import constants as c
+from trainop.api.reasons import WaitReason
 from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
 from trainop.failures import (
     EXIT_CODE,
@@ -53,10 +54,10 @@ from trainop.validation import check_priority_class, checked_spec
 from trainop.workload import gang_name, name_gang
 
 # pendingReason of a job whose queue is broken (queueing.model.QUEUE_INVALID).
-QUEUE_INVALID = "QueueInvalid"
+QUEUE_INVALID = WaitReason.QUEUE_INVALID
 # pendingReason and condition of a job that can never be admitted as written
 # (queueing.model.INADMISSIBLE).
-INADMISSIBLE = "Inadmissible"
+INADMISSIBLE = WaitReason.INADMISSIBLE
 
 # Phases that exclude each other; entering one sets the others' conditions False.
 _EXCLUSIVE = ("Queued", "Admitted", "Running", "Restarting", "Suspended")
@@ -953,7 +954,7 @@ def _start_gang(ctx: _Ctx) -> Actions:
     st, admission = ctx.st, ctx.admission
     if admission.queue:  # the queue that admitted the job, or that it waits in
         st.new["queue"] = admission.queue
-    if not admission.admitted and admission.reason == "Policy":
+    if not admission.admitted and admission.reason == WaitReason.POLICY:
         # Tenant policy refuses the job as written: never silently altered, never queued.
         st.enter("Invalid", "PolicyViolation", admission.message, warning=True)
         return ctx.finish()
@@ -971,7 +972,7 @@ def _start_gang(ctx: _Ctx) -> Actions:
     except InvalidJob as exc:
         return ctx.invalid(exc)
     if isinstance(result, Wait):
-        st.wait(result.reason, result.message, warning=result.reason == "Incompatible")
+        st.wait(result.reason, result.message, warning=result.reason == WaitReason.INCOMPATIBLE)
         return ctx.finish(requeue=5.0)
     return _create_gang(ctx, result)
 

@@ -120,10 +120,12 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
         style = "|"  # scripts in args stay readable; PyYAML falls back to quotes if it must
     elif needs_quotes(data):
         style = "'"
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(data), style=style)
 
 
 _Dumper.add_representer(str, _represent_str)
+# str enums (trainop.api.reasons.WaitReason, queueing's Action) dump as their string.
+_Dumper.add_multi_representer(str, _represent_str)
 
 
 def _plain(obj: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from pydantic import ValidationError
 
 from trainop.api.base import all_errors
+from trainop.api.reasons import WaitReason
 from trainop.api.trainingqueue import (
     ProductUsage,
     TenantPolicy,
@@ -27,15 +28,16 @@ from trainop.catalog.model import quota_product
 from trainop.inventory import Snapshot
 from trainop.placement.cost import AllreduceEstimate
 
-# Reasons a job waits (TrainingJob status.pendingReason) and a victim is preempted.
-QUOTA = "Quota"
-NOFIT = "NoFit"
-POLICY = "Policy"
-INCOMPATIBLE = "Incompatible"
-QUEUE_INVALID = "QueueInvalid"  # the job's queue is broken: it waits, never falls through
-TOPOLOGY = "Topology"  # a Preferred gang waits a bounded time for a better domain (topowait)
-INADMISSIBLE = "Inadmissible"  # can never be given: waits out of line (queueing.inadmissible)
-WAIT_REASONS: tuple[str, ...] = (
+# Reasons a job waits (TrainingJob status.pendingReason; trainop.api.reasons.WaitReason)
+# and a victim is preempted.
+QUOTA = WaitReason.QUOTA
+NOFIT = WaitReason.NOFIT
+POLICY = WaitReason.POLICY
+INCOMPATIBLE = WaitReason.INCOMPATIBLE
+QUEUE_INVALID = WaitReason.QUEUE_INVALID  # the job's queue is broken: never falls through
+TOPOLOGY = WaitReason.TOPOLOGY  # a bounded wait for a better domain (queueing.topowait)
+INADMISSIBLE = WaitReason.INADMISSIBLE  # waits out of line (queueing.inadmissible)
+WAIT_REASONS: tuple[WaitReason, ...] = (
     QUOTA,
     NOFIT,
     POLICY,
@@ -326,7 +328,7 @@ class Unfit:
     """The gang cannot be placed on this snapshot: reason NoFit or Incompatible. `basis`:
     set when the answer follows from the snapshot's free-GPU bound alone (queueing.tail)."""
 
-    reason: str
+    reason: WaitReason
     message: str
     basis: Bound | None = field(default=None, compare=False)
 
