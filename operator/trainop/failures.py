@@ -14,6 +14,8 @@ since a lost peer makes the others fail with NCCL errors or plain exit codes):
   OOMKilled        the container hit its memory limit
   ImagePullFailed  the image cannot be pulled: never retried, the job fails naming the image
   NCCLError        an NCCL error in the termination message (peer or fabric trouble)
+  PeerUnresolved   trainop-launch found a peer's host name unresolvable for its whole wait
+                   (trainop.launcher.peers): the gang could never meet
   Signal           exit code 128+N: killed by signal N
   ExitCode         exit code 1-127: the program failed
   Unknown          Failed with no container exit status
@@ -41,6 +43,7 @@ GPU_XID = "GPUXid"
 OOM_KILLED = "OOMKilled"
 IMAGE_PULL = "ImagePullFailed"
 NCCL_ERROR = "NCCLError"
+PEER_UNRESOLVED = "PeerUnresolved"
 SIGNAL = "Signal"
 EXIT_CODE = "ExitCode"
 UNKNOWN = "Unknown"
@@ -52,11 +55,15 @@ REASONS: tuple[str, ...] = (
     OOM_KILLED,
     IMAGE_PULL,
     NCCL_ERROR,
+    PEER_UNRESOLVED,
     SIGNAL,
     EXIT_CODE,
     UNKNOWN,
 )
-RETRYABLE = frozenset({NODE_LOST, EVICTED, GPU_XID, OOM_KILLED, NCCL_ERROR, SIGNAL})
+# A peer name that did not resolve may yet (a DNS outage, a peer pod that came too late).
+RETRYABLE = frozenset(
+    {NODE_LOST, EVICTED, GPU_XID, OOM_KILLED, NCCL_ERROR, PEER_UNRESOLVED, SIGNAL}
+)
 # Not the job's fault: the gang restarts without counting against backoffLimit.
 INFRASTRUCTURE = frozenset({NODE_LOST, EVICTED})
 
@@ -65,6 +72,9 @@ INFRASTRUCTURE = frozenset({NODE_LOST, EVICTED})
 PULL_RETRYING = frozenset({"ErrImagePull", "ImagePullBackOff"})
 PULL_PERMANENT = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 
+# trainop.launcher.peers.MARKER (the launcher is standard library only and imports nothing
+# of the operator's, so the words are kept in both places; a unit test ties them).
+PEER_MARKER = "trainop-launch: peer host"
 _NODE_LOST_REASONS = frozenset(
     {"NodeLost", "NodeShutdown", "Terminated", "UnexpectedAdmissionError"}
 )
@@ -196,6 +206,10 @@ def classify_failed(pod: Mapping[str, Any]) -> Failure:
     nccl = _NCCL.search(text)
     if nccl:
         return Failure(NCCL_ERROR, name, f"pod {name}: NCCL error ({_line_of(text, nccl)})", code)
+    peer = text.find(PEER_MARKER)
+    if peer >= 0:
+        said = text[peer:].split(": the gang cannot meet")[0]
+        return Failure(PEER_UNRESOLVED, name, f"pod {name}: {said[:300]}", code)
     if code is not None and code >= 128:
         return Failure(SIGNAL, name, f"pod {name} was killed by signal {code - 128}", code)
     if code is not None and code != 0:

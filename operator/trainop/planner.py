@@ -104,6 +104,10 @@ class OperatorConfig:
     # "" wires no report channel. Reports go out at most every progress_interval seconds.
     progress_url: str = ""
     progress_interval: float = 10.0
+    # Pods wired for progress also get KUBEFLOW_TRAINER_SERVER_URL and _TOKEN, so
+    # transformers' KubeflowCallback reports to trainop (trainop.trainerstatus); config key
+    # kubeflowTrainerStatus (false: not wired).
+    kubeflow_trainer_status: bool = True
     # The fabric cost model over fabric_profiles (placement.cost), built once per config.
     cost: FabricCost = field(init=False, repr=False, compare=False)
 
@@ -704,7 +708,13 @@ def build_plan(
 ) -> Plan:
     """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
-    members = _members(ref, placement)
+    host_network = any(
+        (rs.template.get("spec") or {}).get("hostNetwork") for rs in spec.replica_specs.values()
+    )
+    served = frameworks.gang_has_service(
+        len(placement.assignments), spec.elastic is not None, host_network
+    )
+    members = _members(ref, placement, served=served)
     last_call = spec.elastic.rendezvous_last_call_seconds if spec.elastic else None
     inp = frameworks.WiringInput(
         ref.name, ref.namespace, members, fw.default_port, _range(spec), last_call
@@ -719,6 +729,7 @@ def build_plan(
         snapshot,
         config,
         wiring,
+        ref,
         gpu_resource=gpu_resource,
         mount_config=cm_name is not None,
         ssh_secret=ssh_secret,
@@ -762,7 +773,7 @@ def build_plan(
         build_pods=_joined(build_pods, ref.name, config),
         service=(
             build_service(ref, sorted({p for plan in pod_plans for p in plan.ports}))
-            if len(pod_plans) > 1
+            if served
             else None
         ),
         config_map=config_map,
@@ -818,15 +829,16 @@ def _range(spec: TrainingJobSpec) -> tuple[int, int] | None:
     return (el.min_replicas, el.max_replicas) if el is not None else None
 
 
-def _members(ref: JobRef, placement: Placement) -> tuple[frameworks.Member, ...]:
-    """The gang as the framework sees it: role, index, rank, GPUs and stable host name."""
+def _members(ref: JobRef, placement: Placement, *, served: bool) -> tuple[frameworks.Member, ...]:
+    """The gang as the framework sees it: role, index, rank, GPUs and the host name the
+    others reach it by (through the Service when `served`, else its own hostname)."""
     return tuple(
         frameworks.Member(
             role=a.role,
             index=a.index,
             rank=a.rank,
             gpus=a.gpus,
-            host=frameworks.member_host(ref.name, ref.namespace, a.role, a.index),
+            host=frameworks.member_host(ref.name, ref.namespace, a.role, a.index, served=served),
         )
         for a in placement.assignments
     )
@@ -839,6 +851,7 @@ def _pod_plans(
     snapshot: Snapshot,
     config: OperatorConfig,
     wiring: frameworks.Wiring,
+    ref: JobRef,
     *,
     gpu_resource: str,
     mount_config: bool,
@@ -849,8 +862,13 @@ def _pod_plans(
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat = _compat_terms(spec, choice, config)
     pod_plans: list[PodPlan] = []
+    roles = tuple(spec.replica_specs)
+    files = tuple(wiring.config_files.values()) if mount_config else ()
     for a in placement.assignments:
         env = dict(wiring.env.get((a.role, a.index), {}))
+        peers = frameworks.hosts_named((*env.values(), *files), ref.name, ref.namespace, roles)
+        if peers:
+            env[c.ENV_PEER_HOSTS] = ",".join(peers)
         tuned: NcclSettings | None = None
         node_name: str | None = None
         annotations: dict[str, str] = {}

@@ -16,7 +16,8 @@ dry-run and strict field validation
 https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation).
 
 The property: render refuses the job (exit 2, the message naming the field), waits (exit
-3), or every object it printed is accepted. An internal error (exit 1) fails too.
+3), or every object it printed is accepted, and every host name it wrote into a pod
+resolves inside that pod (tests/unit/manifest_helpers.unresolvable_hosts, issue 38). An internal error (exit 1) fails too.
 
 `make test` checks a fixed, derandomized budget (EXAMPLES); TRAINOP_DRYRUN_EXAMPLES=2000
 runs a larger, random one.
@@ -37,6 +38,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.builders import A100, H100, T4, V100, JobBuilder, fabric_profile, node
 from tests.integration.conftest import CLUSTER_NAME, Kube, repo_root
+from tests.unit.manifest_helpers import unresolvable_hosts
 from trainop.api import constants as c
 from trainop.catalog import load_catalog
 from trainop.cli.inputs import read_objects
@@ -447,6 +449,8 @@ def check_job(body: dict[str, Any], dry: DryRun) -> list[str]:
             if r.plan.secret_name:  # made by the operator, not printed by render
                 objs.insert(0, ssh_secret(job_ref(body), r.plan.secret_name))
             problems += [f"{where}: {p}" for p in map(dry.refusal, objs) if p]
+            # issue 38: every host name written into a pod resolves inside that pod
+            problems += [f"{where}: {p}" for p in unresolvable_hosts(objs)]
     return problems
 
 

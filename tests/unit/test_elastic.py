@@ -86,7 +86,7 @@ def test_planner_refuses_an_elastic_jax_job_with_the_field() -> None:
 # --- torchrun's elastic env -----------------------------------------------------------------
 def test_elastic_wiring_is_c10d_at_worker_0_and_the_same_at_every_size() -> None:
     members = tuple(
-        Member("Worker", i, rank=i, gpus=8, host=member_host("el", "ns", "Worker", i))
+        Member("Worker", i, rank=i, gpus=8, host=member_host("el", "ns", "Worker", i, served=True))
         for i in range(3)
     )
     wiring = frameworks.get("pytorch").wire(WiringInput("el", "ns", members, elastic=(2, 4)))

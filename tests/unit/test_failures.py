@@ -166,6 +166,17 @@ CLASSIFY = [
         "NVLink",
     ),
     ("xid-beats-oom", pod(P).terminated(137, "OOMKilled", "Xid 31"), "GPUXid", 137, "page fault"),
+    (
+        "peer-unresolved",
+        pod(P).terminated(
+            75,
+            message="trainop-launch: peer host(s) bert-worker-0.bert.ns.svc (named by "
+            "MASTER_ADDR, PET_MASTER_ADDR) did not resolve within 300 s: the gang cannot meet.",
+        ),
+        "PeerUnresolved",
+        75,
+        "bert-worker-0.bert.ns.svc (named by MASTER_ADDR, PET_MASTER_ADDR)",
+    ),
     ("no-exit-status", pod(P).failed(None), "Unknown", None, "no exit status"),
     (
         "zero-sidecar-nonzero-trainer",

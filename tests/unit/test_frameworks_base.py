@@ -14,7 +14,7 @@ def gang(*members: tuple[str, int, int | None, int], job: str = "bert") -> Wirin
     return WiringInput(
         job=job,
         namespace="team",
-        members=tuple(Member(r, i, k, g, member_host(job, "team", r, i)) for r, i, k, g in members),
+        members=tuple(Member(r, i, k, g, member_host(job, "team", r, i, served=True)) for r, i, k, g in members),
     )
 
 
@@ -23,7 +23,7 @@ def gang(*members: tuple[str, int, int | None, int], job: str = "bert") -> Wirin
 
 def test_names_follow_design_contract() -> None:
     assert fw.pod_name("bert", "Worker", 3) == "bert-worker-3"
-    assert fw.member_host("bert", "team", "PS", 0) == "bert-ps-0.bert.team.svc"
+    assert fw.member_host("bert", "team", "PS", 0, served=True) == "bert-ps-0.bert.team.svc"
     assert fw.config_map_name("bert") == "bert-config"
     assert fw.ssh_secret_name("bert", "u1") == "bert-ssh-bb82030d"  # sha256 of the uid
     assert fw.ssh_secret_name("bert", "u1") != fw.ssh_secret_name("bert", "u2")

@@ -68,7 +68,7 @@ def test_example_wires(name: str, framework: str) -> None:
     job, ns = doc["metadata"]["name"], doc["metadata"]["namespace"]
     spec = fw.get(framework)
     members = tuple(
-        Member(role, i, None, rs["gpus"], member_host(job, ns, role, i))
+        Member(role, i, None, rs["gpus"], member_host(job, ns, role, i, served=True))
         for role, rs in doc["spec"]["replicaSpecs"].items()
         for i in range(rs["replicas"])
     )

@@ -75,6 +75,11 @@ ENV_PET_MASTER_PORT = "PET_MASTER_PORT"
 
 DEFAULT_MASTER_PORT = 29500
 
+# The gang's host names that the wiring wrote into a pod's env and config files (MASTER_ADDR,
+# TF_CONFIG, the MPI hostfile, ...), comma-separated: `trainop-launch` waits until each
+# resolves, and fails the pod with a named reason when one never does (issue 38).
+ENV_PEER_HOSTS = "TRAINOP_PEER_HOSTS"
+
 # Pods carry their rank (placement order) for `kubectl get pods -L`, explain and tests.
 ANNOTATION_RANK = "trainop.dev/rank"
 # Where the `<job>-config` ConfigMap (framework files such as the MPI hostfile) is mounted.

@@ -445,7 +445,7 @@ class PlacementStatus(ApiModel):
 class FailureStatus(ApiModel):
     reason: str = Field(
         description="ExitCode | Signal | OOMKilled | Evicted | NodeLost | ImagePullFailed | "
-        "NCCLError | GPUXid | Unknown."
+        "NCCLError | PeerUnresolved | GPUXid | Unknown."
     )
     pod: str = Field(default="", description="The pod that failed.")
     exit_code: int | None = Field(default=None, description="Its non-zero exit code, if any.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,9 +29,54 @@ def pod_name(job: str, role: str, index: int) -> str:
     return f"{job}-{role.lower()}-{index}"
 
 
-def member_host(job: str, namespace: str, role: str, index: int) -> str:
-    """The pod's stable DNS name through the headless Service named `<job>`."""
-    return f"{pod_name(job, role, index)}.{job}.{namespace}.svc"
+def gang_has_service(pods: int, elastic: bool, host_network: bool = False) -> bool:
+    """Whether the gang gets the headless Service `<job>` that gives its pods DNS names.
+
+    A gang of several pods needs it: a pod's name resolves from another pod only through a
+    Service (https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-hostname-and-subdomain-fields).
+    An elastic gang gets it at every size, one pod included: it grows without its first
+    pods being recreated, and their rendezvous endpoint must stay the same name. A fixed
+    gang of one pod needs none (one API write less per job): it reaches itself through its
+    own hostname, see `member_host`; unless it runs on the host's network, where the
+    hostname is the node's and /etc/hosts is the node's too, so the Service's name (with
+    `dnsPolicy: ClusterFirstWithHostNet`) is the one that resolves.
+    """
+    return pods > 1 or elastic or host_network
+
+
+def member_host(job: str, namespace: str, role: str, index: int, *, served: bool) -> str:
+    """The name every address trainop writes into a pod uses for one member of the gang.
+
+    served (`gang_has_service`): `<pod>.<job>.<namespace>.svc`, which the cluster DNS answers
+    through the headless Service `<job>` (the resolver's `cluster.local` search domain
+    completes it). Not served (a fixed one-pod gang): the pod's own hostname, which the
+    kubelet writes into the pod's /etc/hosts (`<hostname>` and the full
+    `<hostname>.<subdomain>.<namespace>.svc.<cluster domain>`, but never the `.svc` name
+    without the cluster domain, which only DNS completes:
+    https://kubernetes.io/docs/tasks/network/customize-hosts-file-for-pods/). Issue 38: a
+    one-pod job given the `.svc` name with no Service behind it hung in torchrun's store.
+    """
+    name = pod_name(job, role, index)
+    return f"{name}.{job}.{namespace}.svc" if served else name
+
+
+# A host name as it appears in an env value or a config file: `h`, `h:port`, `h slots=2`,
+# `"h:2222"` in TF_CONFIG's JSON, `h:p,h:p` in Paddle's endpoints.
+_HOST_TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+
+
+def hosts_named(
+    texts: Iterable[str], job: str, namespace: str, roles: Iterable[str]
+) -> tuple[str, ...]:
+    """The gang's host names (`member_host` of any of `roles`, either form) that appear in
+    `texts` (env values, config files) as whole names, sorted: what a pod must be able to
+    resolve. `x-worker-1` is not found inside `x-worker-10`."""
+    alts = "|".join(re.escape(r.lower()) for r in sorted(roles))
+    member = re.compile(
+        rf"{re.escape(job)}-(?:{alts})-\d+(?:\.{re.escape(job)}\.{re.escape(namespace)}\.svc)?"
+    )
+    found = {t for text in texts for t in _HOST_TOKEN.findall(text) if member.fullmatch(t)}
+    return tuple(sorted(found))
 
 
 def config_map_name(job: str) -> str:
@@ -63,7 +109,8 @@ class Member:
            outside the collective. Only the order among a framework's ranked roles is
            used (see ranked_members); ranks given to other roles are ignored.
     gpus:  GPUs of this pod; 0 means a CPU pod.
-    host:  `member_host(job, namespace, role, index)`.
+    host:  `member_host(job, namespace, role, index, served=...)`: the name the other
+           members' addresses use for this one.
     """
 
     role: str

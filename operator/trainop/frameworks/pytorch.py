@@ -55,7 +55,9 @@ ELASTIC_MAX_RESTARTS = 100
 def wire_elastic(inp: WiringInput, size: tuple[int, int]) -> Wiring:
     """torchrun c10d rendezvous env for an elastic Worker role (see the module doc)."""
     workers = inp.of_role("Worker")
-    host = member_host(inp.job, inp.namespace, "Worker", 0)
+    # Worker 0 is always there (shrinking removes the highest indexes) and an elastic gang
+    # always has its Service (gang_has_service), even at one pod.
+    host = member_host(inp.job, inp.namespace, "Worker", 0, served=True)
     # last_call_timeout: the c10d handler's wait for more nodes once min have joined
     # (https://pytorch.org/docs/stable/elastic/rendezvous.html, DynamicRendezvousHandler).
     last_call = (

@@ -25,6 +25,10 @@ With progress reports wired and spec.checkpoint.signal set, it stays as the trai
 parent and turns a checkpoint request into that signal (trainop.launcher.forward); the
 trainer's own reports go through trainop.launcher.progress.
 
+Before it execs the trainer it waits until every gang host name the operator wrote into
+the pod (TRAINOP_PEER_HOSTS) resolves, and fails the pod naming the one that never does
+(trainop.launcher.peers): a gang that cannot meet fails loud instead of hanging.
+
 It prints one line on stderr saying what it found, chose and why. Standard library only.
 """
 
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from trainop.launcher import discover, forward, topology
+from trainop.launcher import discover, forward, peers, topology
 from trainop.launcher.topology import PciDevice
 
 SSH_SOURCE = "/etc/trainop-ssh"
@@ -211,6 +215,26 @@ def _parse(argv: Sequence[str]) -> tuple[bool, str, list[str]]:
     return ns.dry_run, ns.topo_file, command
 
 
+# Exit status when a peer's name never resolves (sysexits' EX_TEMPFAIL: try again later).
+EXIT_PEER_UNRESOLVED = 75
+
+
+def _wait_for_peers(env: Mapping[str, str]) -> None:
+    """Every gang host name the operator wrote into this pod resolves, or the pod fails
+    with a message naming it (trainop.launcher.peers)."""
+    names = peers.hosts(env)
+    if not names:
+        return
+    outcome = peers.wait_for(names, peers.timeout_of(env))
+    if not outcome.missing:
+        print(outcome.line(), file=sys.stderr, flush=True)
+        return
+    message = peers.failure_message(outcome, env)
+    peers.write_termination(message)
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_PEER_UNRESOLVED)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     dry_run, topo_file, command = _parse(sys.argv[1:] if argv is None else argv)
     root = Path(os.environ.get(ROOT_ENV, "/"))
@@ -227,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{name}={plan.env[name]}")
         return
     os.environ.update(plan.env)
+    _wait_for_peers(os.environ)
     signame = forward.wants_forwarding(os.environ)
     if signame:  # a checkpoint request becomes a signal to the trainer (launcher/forward.py)
         try:
