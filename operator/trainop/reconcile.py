@@ -27,6 +27,7 @@ from typing import Any
 
 from trainop import progress
 from trainop.api import constants as c
+from trainop.api.conditions import iso, set_condition
 from trainop.api.reasons import WaitReason
 from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
 from trainop.failures import (
@@ -93,10 +94,6 @@ class Actions:
     force_delete: dict[str, str] = field(default_factory=dict)
 
 
-def iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -104,36 +101,6 @@ def parse_time(text: str | None) -> datetime | None:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=None)
     except ValueError:
         return None
-
-
-def set_condition(
-    conditions: list[dict[str, Any]],
-    ctype: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: datetime,
-    generation: int | None,
-) -> None:
-    """Upsert a condition; lastTransitionTime moves only when the status flips."""
-    for cond in conditions:
-        if cond.get("type") == ctype:
-            if cond.get("status") != status:
-                cond["lastTransitionTime"] = iso(now)
-            cond.update(
-                status=status, reason=reason, message=message, observedGeneration=generation
-            )
-            return
-    conditions.append(
-        {
-            "type": ctype,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": iso(now),
-            "observedGeneration": generation,
-        }
-    )
 
 
 def _generation(pod: Mapping[str, Any]) -> int | None:

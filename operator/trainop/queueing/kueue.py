@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from trainop.api import constants as c
+from trainop.api.conditions import MAX_MESSAGE, set_condition
 from trainop.api.trainingjob import TrainingJobSpec
 
 GROUP = "kueue.x-k8s.io"
@@ -215,39 +216,6 @@ def flavored(
     return out
 
 
-def _rfc3339(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _set(
-    conditions: list[dict[str, Any]],
-    ctype: str,
-    status: str,
-    reason: str,
-    message: str,
-    now: datetime,
-    generation: int | None,
-) -> None:
-    """Upsert a metav1.Condition; lastTransitionTime moves only when the status flips."""
-    new = {
-        "type": ctype,
-        "status": status,
-        "reason": reason,
-        "message": message[:32768],
-        "lastTransitionTime": _rfc3339(now),
-        "observedGeneration": generation or 0,
-    }
-    for i, cond in enumerate(conditions):
-        if cond.get("type") == ctype:
-            if cond.get("status") == status:
-                new["lastTransitionTime"] = (
-                    cond.get("lastTransitionTime") or new["lastTransitionTime"]
-                )
-            conditions[i] = new
-            return
-    conditions.append(new)
-
-
 def requeued_status(wl: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Merge patch of the Workload's status after its evicted gang is gone: the reservation
     cleared and the Workload requeued (UnsetQuotaReservationWithCondition and
@@ -259,9 +227,12 @@ def requeued_status(wl: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     evicted = _condition(wl, "Evicted") or {}
     reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
     requeue = reason in ("Preempted", "NodeFailures")
-    _set(conds, "Requeued", "True" if requeue else "False", reason, message, now, gen)
-    _set(conds, "QuotaReserved", "False", "Pending", message, now, gen)
-    _set(conds, "Admitted", "False", "NoReservation", "The workload has no reservation", now, gen)
+    for ctype, state, why, text in (
+        ("Requeued", "True" if requeue else "False", reason, message),
+        ("QuotaReserved", "False", "Pending", message),
+        ("Admitted", "False", "NoReservation", "The workload has no reservation"),
+    ):
+        set_condition(conds, ctype, state, why, text, now, gen or 0, max_message=MAX_MESSAGE)
     return {
         "metadata": {"resourceVersion": meta.get("resourceVersion")},
         "status": {"admission": None, "conditions": conds},
@@ -284,14 +255,15 @@ def finished_status(wl: Mapping[str, Any], job: Mapping[str, Any], now: datetime
     )
     conds = [dict(x) for x in (wl.get("status") or {}).get("conditions") or []]
     reason = "Succeeded" if phase == "Succeeded" else "Failed"
-    _set(
+    set_condition(
         conds,
         "Finished",
         "True",
         reason,
         message or f"TrainingJob {phase}",
         now,
-        meta.get("generation"),
+        meta.get("generation") or 0,
+        max_message=MAX_MESSAGE,
     )
     return {
         "metadata": {"resourceVersion": meta.get("resourceVersion")},
