@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from tests.integration.conftest import Kube, repo_root
+from trainop.api import constants as c
 
 JOB_TIMEOUT = 420.0
 
@@ -54,7 +55,28 @@ def wait_finished(target: Target, ns: str, name: str) -> dict[str, Any]:
     finally:
         tj = kube.get("trainingjob", name, "-n", ns)
     assert tj["status"]["phase"] == "Succeeded", diagnose(kube, ns, tj)
+    peers_resolved(kube, ns, name)
     return dict(tj)
+
+
+def peers_resolved(kube: Kube, ns: str, name: str) -> list[str]:
+    """Issue 38, in every job's pods: each pod that runs trainop-launch logged that every
+    gang host name the operator wrote into it (TRAINOP_PEER_HOSTS: MASTER_ADDR, TF_CONFIG,
+    the hostfile, ...) resolved inside the pod, through the C library as `getent hosts`
+    does. Returns the lines checked."""
+    pods = kube.get("pods", "-n", ns, "-l", f"{c.LABEL_JOB_NAME}={name}")["items"]
+    checked = []
+    for pod in pods:
+        ctr = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value", "") for e in ctr.get("env") or []}
+        hosts = env.get(c.ENV_PEER_HOSTS)
+        if not hosts or "trainop-launch" not in " ".join(ctr.get("command") or []):
+            continue
+        line = f"trainop-launch: peers resolve ({hosts.replace(',', ', ')}) in"
+        log = logs(kube, ns, pod["metadata"]["name"])
+        assert line in log, f"{pod['metadata']['name']}: no {line!r} in\n{log[-2000:]}"
+        checked.append(next(x for x in log.splitlines() if line in x))
+    return checked
 
 
 def diagnose(kube: Kube, ns: str, tj: dict[str, Any]) -> str:
@@ -100,6 +122,14 @@ def run_restart(target: Target, ns: str) -> tuple[dict[str, Any], str]:
     return tj, logs(kube, ns, "ddp-restart-worker-0")
 
 
+def run_solo(target: Target, ns: str) -> tuple[str, list[str]]:
+    """Issue 38's job: one pod, two processes, a gloo all_reduce; its log and peer lines."""
+    target.kube.apply(example(target, "pytorch-solo-cpu.yaml", ns))
+    wait_finished(target, ns, "solo")
+    return logs(target.kube, ns, "solo-worker-0"), peers_resolved(target.kube, ns, "solo")
+
+
+SOLO_LINE = re.compile(r"solo: world=2 master=(\S+) allreduce=3 expected=3 OK")
 DDP_LINE = re.compile(r"ddp: world=\d+ steps=\d+ loss ([0-9.e+-]+) -> ([0-9.e+-]+) OK")
 MPI_LINE = re.compile(r"mpi: size=2 allreduce=3 expected=3 OK")
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from tests.real.scenarios import (
     DDP_LINE,
     MPI_LINE,
+    SOLO_LINE,
     Target,
     example,
     logs,
     run_ddp,
     run_mpi,
     run_restart,
+    run_solo,
     wait_finished,
 )
 
@@ -22,6 +24,20 @@ def test_real_node_is_labelled_with_gpu_capacity(target: Target) -> None:
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://2.")
+
+
+def test_one_pod_two_process_job_allreduces(target: Target, namespace: str) -> None:
+    """Issue 38: a one-pod job gets no Service, so MASTER_ADDR must be a name the pod
+    resolves by itself (its hostname, in its /etc/hosts); it once named the Service and
+    torchrun's store looped for ever on a name nobody served."""
+    log, peers = run_solo(target, namespace)
+    match = SOLO_LINE.search(log)
+    assert match, log[-3000:]
+    print(match.group(0))  # the checked line, for the run's record (-s, -rP)
+    print(*peers, sep="\n")
+    assert match.group(1) == "solo-worker-0"
+    assert peers and "(solo-worker-0)" in peers[0]
+    assert target.kube.maybe_get("service", "solo", "-n", namespace) is None
 
 
 def test_pytorch_ddp_trains_and_loss_goes_down(target: Target, namespace: str) -> None:
