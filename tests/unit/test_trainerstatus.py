@@ -4,6 +4,7 @@ pod wiring of KUBEFLOW_TRAINER_SERVER_* (issue 39)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -421,3 +422,37 @@ def test_numeric_metrics_are_exported_and_removed_with_the_job() -> None:
     assert _sample("current_epoch") is None and _sample("grad_norm") == 1.4
     metrics.forget_job("ns", "hf")
     assert _sample("loss") is None and _sample("grad_norm") is None
+
+
+# --- the endpoint's service: what it writes ------------------------------------------------------
+class _Recorder:
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def patch_job_status(
+        self, ns: str, name: str, status: dict[str, Any], old: dict[str, Any]
+    ) -> None:
+        self.bodies.append(status)
+
+
+def test_the_write_nulls_only_the_report_keys_a_body_dropped() -> None:
+    from tests.builders import job
+    from trainop.handlers.progress import ProgressService
+    from trainop.handlers.state import ShellState
+
+    state, api = ShellState(), _Recorder()
+    stored = {"step": 3, "eta": "2026-11-27T00:00:00Z", "percentage": 9, "replacedAt": "x"}
+    body = job("hf", namespace="ns", workers=1, gpus=1).meta(resourceVersion="1").build()
+    body["status"] = {"phase": "Running", "progress": stored}
+    state.upsert_job(body)
+    service = ProgressService(lambda: api, lambda: state, 10.0)  # type: ignore[arg-type, return-value]
+    outcome = asyncio.run(service.accept_trainer_status("ns/hf", parse_trainer_status(STEP)))
+    assert outcome == "accepted"
+    written = api.bodies[0]["progress"]
+    assert written["step"] == 15 and written["percentage"] == 50 and written["source"] == "kubeflow"
+    assert written["replacedAt"] == "x"  # the reconcile's key is carried, never nulled
+    asyncio.run(service._write("ns/hf", written, {k: v for k, v in written.items() if k != "eta"}))
+    assert api.bodies[1]["progress"]["eta"] is None  # dropped by the new progress: nulled
+    dropped = {k: v for k, v in written.items() if k != "replacedAt"}
+    asyncio.run(service._write("ns/hf", written, dropped))
+    assert "replacedAt" not in api.bodies[2]["progress"]  # absent from the patch: kept

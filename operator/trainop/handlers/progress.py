@@ -41,6 +41,18 @@ PATH = PROGRESS_PATH
 REVIEW_TTL = 60.0
 MAX_CACHED = 20_000
 MAX_BODY = 16_384
+# status.progress keys a report may drop (trainop.progress.fold, trainop.trainerstatus).
+DROPPED = frozenset(
+    {
+        "eta",
+        "percentage",
+        "stepsPerSecond",
+        "stepSeconds",
+        "samplesPerSecond",
+        "tokensPerSecond",
+        "totalSteps",
+    }
+)
 
 
 class ProgressService:
@@ -178,8 +190,9 @@ class ProgressService:
         mem = self.state().jobs.get(key)
         if mem is not None:
             mem.progress_written = self.clock()
-        # A merge patch: a key the new progress dropped (eta, percentage) is nulled out.
-        body = {k: None for k in stored or {} if k not in new} | dict(new)
+        # A merge patch: a key the reports own that the new progress dropped is nulled out
+        # (others, such as the reconcile's replacedAt, may be newer than this memory: kept).
+        body = {k: None for k in stored or {} if k in DROPPED and k not in new} | dict(new)
         written = await asyncio.to_thread(
             api.patch_job_status, *split_key(key), {"progress": body}, {}
         )
