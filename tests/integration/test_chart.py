@@ -28,9 +28,9 @@ import yaml
 from tests.builders import job
 from tests.integration.chart_helpers import ALL_VALUES, CHART, Helm, documents, find, free_port
 from tests.integration.conftest import Kube
+from tests.observability import alert_rules
 from trainop.cluster.binaries import resolve_binaries
 from trainop.config import load_operator_config
-from trainop.observability import alert_rules
 
 pytestmark = pytest.mark.integration
 

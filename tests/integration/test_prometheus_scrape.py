@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.chart_helpers import ALL_VALUES, CHART, Helm, documents, find, free_port
 from tests.integration.conftest import Kube, OperatorProcess, repo_root
-from trainop.observability import (
+from tests.observability import (
     alert_rules,
     dashboard_queries,
     dashboard_variables,

@@ -17,16 +17,16 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from trainop import metrics
-from trainop.cluster.binaries import COMPONENTS, BuildError, resolve_binaries
-from trainop.config import operator_config_from_data
-from trainop.observability import (
+from tests.observability import (
     dashboard_queries,
     dashboard_variables,
     exposed_names,
     grafana_expr,
     metric_names,
 )
+from trainop import metrics
+from trainop.cluster.binaries import COMPONENTS, BuildError, resolve_binaries
+from trainop.config import operator_config_from_data
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "trainop"

@@ -1,5 +1,8 @@
 """The PromQL of the Helm chart's Grafana dashboard and alerts, read back for tests (pure).
 
+Only tests use it (tests/unit/test_chart.py, tests/integration/test_chart.py and
+test_prometheus_scrape.py), so it lives beside tests/builders.py, not in the product.
+
 The chart (charts/trainop) ships `dashboards/trainop.json` and a PrometheusRule template;
 both name metrics that `trainop.metrics` defines. This module reads the queries back out
 (`dashboard_queries`, `alert_rules`), fills in Grafana's template variables so a query runs
