@@ -19,6 +19,7 @@ The shape, every key optional:
     dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
     compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
     allowUnconfirmedReleases: true   # false: never choose a release with unconfirmed facts
+    kubeflowTrainerStatus: true  # false: progress-wired pods get no KUBEFLOW_TRAINER_SERVER_* (docs/progress.md)
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -58,6 +59,7 @@ _KEYS = (
     "dra",
     "compatibilityModes",
     "allowUnconfirmedReleases",
+    "kubeflowTrainerStatus",
 )
 
 
@@ -170,6 +172,11 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
         if not isinstance(value, bool):
             raise ConfigError(f"allowUnconfirmedReleases: must be true or false, got {value!r}")
         kwargs["allow_unconfirmed_releases"] = value
+    if "kubeflowTrainerStatus" in data:
+        value = data["kubeflowTrainerStatus"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"kubeflowTrainerStatus: must be true or false, got {value!r}")
+        kwargs["kubeflow_trainer_status"] = value
     if (
         kwargs.get("gang_scheduling") == "kubernetes"
         and kwargs.get("external_queue", "none") != "none"

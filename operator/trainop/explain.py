@@ -79,6 +79,9 @@ def _tree_lines(
     return out
 
 
+MAX_METRICS_SHOWN = 12
+
+
 def _progress_lines(status: Mapping[str, Any]) -> list[str]:
     """What the trainer reported (status.progress, docs/progress.md) and a pending
     checkpoint request."""
@@ -99,8 +102,14 @@ def _progress_lines(status: Mapping[str, Any]) -> list[str]:
         + (f"  {', '.join(rate)}" if rate else "")
         + (f"  ETA {p['eta']}" if p.get("eta") else "")
         + (f"  phase {p['phase']}" if p.get("phase") else "")
-        + f"  (reported {p.get('lastReportTime') or '-'})"
+        + f"  (reported {p.get('lastReportTime') or '-'}"
+        + (" by Kubeflow trainerStatus)" if p.get("source") == "kubeflow" else ")")
     ]
+    metrics = p.get("metrics") or []
+    if metrics:
+        shown = ", ".join(f"{m.get('name')} {m.get('value')}" for m in metrics[:MAX_METRICS_SHOWN])
+        more = len(metrics) - MAX_METRICS_SHOWN
+        lines.append(f"  metrics: {shown}" + (f" (and {more} more)" if more > 0 else ""))
     ckpt = p.get("lastCheckpoint")
     if ckpt:
         lines.append(

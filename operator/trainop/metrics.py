@@ -265,6 +265,14 @@ JOB_DEGRADED = Gauge(
     "1 while the job's Degraded condition is True (step time beyond the expected), else 0.",
     ["namespace", "job"],
 )
+JOB_TRAINER_METRIC = Gauge(
+    "trainop_job_trainer_metric",
+    "The latest value of each numeric metric the trainer reported with Kubeflow's "
+    "trainerStatus (loss, grad_norm, learning_rate, ...); label name as reported, at most 64 "
+    "per job.",
+    ["namespace", "job", "name"],
+)
+_TRAINER_METRIC_NAMES: dict[tuple[str, str], set[str]] = {}
 PROGRESS_REPORTS = Counter(
     "trainop_progress_reports_total",
     "Progress reports received; label outcome (accepted|throttled|refused).",
@@ -286,6 +294,26 @@ def observe_progress(namespace: str, job: str, progress: Mapping[str, Any]) -> N
         value = progress.get(f"{unit}PerSecond")
         if value is not None:
             JOB_THROUGHPUT.labels(namespace, job, unit).set(float(value))
+    _observe_trainer_metrics(namespace, job, progress.get("metrics") or [])
+
+
+def _observe_trainer_metrics(namespace: str, job: str, reported: list[Any]) -> None:
+    """The numeric ones of status.progress.metrics; a name the newest report lacks goes."""
+    values: dict[str, float] = {}
+    for entry in reported:
+        try:
+            values[str(entry["name"])] = float(entry["value"])
+        except (KeyError, TypeError, ValueError):
+            continue  # not a number: status and `trainop explain` still show it
+    for name in _TRAINER_METRIC_NAMES.get((namespace, job), set()) - values.keys():
+        with contextlib.suppress(KeyError):
+            JOB_TRAINER_METRIC.remove(namespace, job, name)
+    for name, value in values.items():
+        JOB_TRAINER_METRIC.labels(namespace, job, name).set(value)
+    if values:
+        _TRAINER_METRIC_NAMES[(namespace, job)] = set(values)
+    else:
+        _TRAINER_METRIC_NAMES.pop((namespace, job), None)
 
 
 def forget_job(namespace: str, job: str) -> None:
@@ -296,3 +324,4 @@ def forget_job(namespace: str, job: str) -> None:
     for unit in ("samples", "tokens"):
         with contextlib.suppress(KeyError):
             JOB_THROUGHPUT.remove(namespace, job, unit)
+    _observe_trainer_metrics(namespace, job, [])

@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from trainop.api import constants as c
-from trainop.api.progress import PROGRESS_AUDIENCE
+from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH, TRAINER_STATUS_PATH
 from trainop.launcher.progress import (
     INTERVAL_ENV,
     PROGRESS_URL_ENV,
@@ -36,6 +37,14 @@ TOKEN_VOLUME = "trainop-progress-token"
 TOKEN_SECONDS = 3600  # the kubelet refreshes it at 80% of its life
 MAX_RANKS_KEPT = 4  # status.progress.ranks: the slowest few, so the status stays small
 MAX_TEXT = 512
+# Kubeflow Trainer's status protocol (trainop.trainerstatus): the variables its controller
+# injects and transformers' KubeflowCallback reads. TOKEN and CA_CERT name files
+# (https://github.com/huggingface/transformers/blob/main/src/transformers/integrations/integration_utils.py,
+# KubeflowCallback._get_token / _get_ssl_context).
+KUBEFLOW_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
+KUBEFLOW_TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+KUBEFLOW_CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+KUBEFLOW_ENV = (KUBEFLOW_URL_ENV, KUBEFLOW_TOKEN_ENV, KUBEFLOW_CA_ENV)
 
 
 class ReportError(ValueError):
@@ -175,6 +184,8 @@ def fold(
     """status.progress after `report` from the pod of `rank` on `node`."""
     before = dict(old or {})
     out = dict(before)
+    out["source"] = "trainop"  # it wins over a trainerStatus report (trainop.trainerstatus)
+    out.pop("percentage", None)
     out["totalSteps"] = total_steps
     if total_steps is None:
         out.pop("totalSteps")
@@ -273,15 +284,33 @@ def resume_env(status: Mapping[str, Any]) -> dict[str, str]:
     return {RESUME_ENV: str(ckpt["path"]), RESUME_STEP_ENV: str(ckpt.get("step", 0))}
 
 
+def trainer_status_url(url: str) -> str:
+    """The trainerStatus path beside the report URL `url` (same scheme, host and port)."""
+    parts = urlsplit(url)
+    path = parts.path
+    prefix = path[: -len(PROGRESS_PATH)] if path.endswith(PROGRESS_PATH) else ""
+    return urlunsplit(parts._replace(path=prefix.rstrip("/") + TRAINER_STATUS_PATH))
+
+
+def kubeflow_env(url: str) -> dict[str, str]:
+    """KUBEFLOW_TRAINER_SERVER_URL and _TOKEN for a pod that reports to `url`: the
+    trainerStatus path and the same projected token file. No _CA_CERT: the endpoint speaks
+    plain HTTP, and transformers then uses no CA (docs/progress.md)."""
+    return {KUBEFLOW_URL_ENV: trainer_status_url(url), KUBEFLOW_TOKEN_ENV: f"{TOKEN_DIR}/token"}
+
+
 def wire_pod(
     pod: Mapping[str, Any],
     url: str,
     spec_checkpoint: Mapping[str, Any] | None,
     extra_env: Mapping[str, str],
     interval: float,
+    kubeflow: bool = False,
 ) -> dict[str, Any]:
     """A copy of `pod` whose containers report to `url` with an audience-bound projected
-    ServiceAccount token, and carry `extra_env` (TRAINOP_RESUME_FROM)."""
+    ServiceAccount token, and carry `extra_env` (TRAINOP_RESUME_FROM). With `kubeflow`, each
+    container that sets none of KUBEFLOW_TRAINER_SERVER_* itself also gets them, so
+    transformers' KubeflowCallback reports to trainop (trainop.trainerstatus)."""
     out = dict(pod)
     spec = dict(out["spec"])
     out["spec"] = spec
@@ -298,13 +327,16 @@ def wire_pod(
         spec["volumes"] = [*(spec.get("volumes") or []), _token_volume(PROGRESS_AUDIENCE)]
     if not env:
         return out
+    kf_env = kubeflow_env(url) if url and kubeflow else {}
     containers = []
     for container in spec.get("containers") or []:
         ctr = dict(container)
         names = {e.get("name") for e in ctr.get("env") or []}
+        # A container that sets any of the three keeps its own, and gets none of trainop's.
+        own = env | kf_env if kf_env and not names & set(KUBEFLOW_ENV) else env
         ctr["env"] = [
             *(ctr.get("env") or []),
-            *({"name": k, "value": v} for k, v in env.items() if k not in names),
+            *({"name": k, "value": v} for k, v in own.items() if k not in names),
         ]
         if url:
             mount = {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}

@@ -999,6 +999,7 @@ def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
         ckpt.to_api() if ckpt is not None else None,
         resume,
         ctx.config.progress_interval,
+        kubeflow=ctx.config.kubeflow_trainer_status,
     )
 
 

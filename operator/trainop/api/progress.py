@@ -16,6 +16,12 @@ from trainop.api.base import ApiModel
 # (https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/#bound-service-account-token-volume).
 PROGRESS_AUDIENCE = "trainop.dev/progress"
 
+# The endpoint's paths, on --progress-port: trainop's own reports, and the `trainerStatus`
+# body of Kubeflow Trainer's status protocol (KEP-2779) that transformers' KubeflowCallback
+# POSTs to $KUBEFLOW_TRAINER_SERVER_URL (trainop.trainerstatus; docs/progress.md).
+PROGRESS_PATH = "/v1/progress"
+TRAINER_STATUS_PATH = "/v1/trainer-status"
+
 
 class ProgressSpec(ApiModel):
     total_steps: int | None = Field(
@@ -74,6 +80,11 @@ class RankReport(ApiModel):
     step_seconds: float = Field(ge=0, description="Its last reported step time.")
 
 
+class TrainerMetric(ApiModel):
+    name: str = Field(description="The metric's name as the trainer reported it, e.g. loss.")
+    value: str = Field(description='Its latest value, as reported (a string, e.g. "0.2347").')
+
+
 class ProgressStatus(ApiModel):
     step: int = Field(default=0, ge=0, description="Last step reported by rank 0.")
     total_steps: int | None = Field(default=None, description="spec.progress.totalSteps.")
@@ -87,6 +98,23 @@ class ProgressStatus(ApiModel):
         default=None, description="Rate from the last two reports (steps per second)."
     )
     eta: str | None = Field(default=None, description="Expected end (RFC 3339) at that rate.")
+    percentage: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Percent done as the trainer reported it (Kubeflow trainerStatus "
+        "progressPercentage); empty with trainop's own reports, whose summary is step/total.",
+    )
+    metrics: list[TrainerMetric] = Field(
+        default_factory=list,
+        description="The trainer's latest metrics (loss, learning_rate, ...) from its newest "
+        "Kubeflow trainerStatus report.",
+    )
+    source: Literal["trainop", "kubeflow"] | None = Field(
+        default=None,
+        description="Which protocol moves the progress: trainop (its Reporter; it wins once it "
+        "has reported) or kubeflow (a trainerStatus body, e.g. transformers' KubeflowCallback).",
+    )
     phase: str = Field(default="", description="Free-form phase the trainer reported.")
     last_checkpoint: CheckpointRef | None = Field(
         default=None,

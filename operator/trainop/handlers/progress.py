@@ -1,7 +1,9 @@
 """The progress report endpoint: pods POST reports, trainop folds them into status.progress.
 
 `trainop run --progress-port` serves `POST /v1/progress` (a report) and `GET /v1/progress`
-(is a checkpoint wanted?) on every replica, with aiohttp (kopf's own HTTP library). Each
+(is a checkpoint wanted?) on every replica, with aiohttp (kopf's own HTTP library), and
+`POST /v1/trainer-status`, Kubeflow Trainer's `trainerStatus` body as transformers'
+KubeflowCallback sends it (trainop.trainerstatus), with the same tokens and rules. Each
 request carries the pod's projected ServiceAccount token (audience trainop.dev/progress) as
 a bearer token. A TokenReview says whether it is valid and which pod it was made for
 (trainop.progress.reporter_of); the pod's labels and owner reference name the job
@@ -27,18 +29,30 @@ from typing import Any
 
 from aiohttp import web
 
-from trainop import metrics, progress
+from trainop import metrics, progress, trainerstatus
 from trainop.api import constants as c
-from trainop.api.progress import PROGRESS_AUDIENCE
+from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH, TRAINER_STATUS_PATH
 from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube.client import KubeApi
 
 log = logging.getLogger("trainop.progress")
 
-PATH = "/v1/progress"
+PATH = PROGRESS_PATH
 REVIEW_TTL = 60.0
 MAX_CACHED = 20_000
 MAX_BODY = 16_384
+# status.progress keys a report may drop (trainop.progress.fold, trainop.trainerstatus).
+DROPPED = frozenset(
+    {
+        "eta",
+        "percentage",
+        "stepsPerSecond",
+        "stepSeconds",
+        "samplesPerSecond",
+        "tokensPerSecond",
+        "totalSteps",
+    }
+)
 
 
 class ProgressService:
@@ -128,6 +142,34 @@ class ProgressService:
         wanted = (job.get("spec") or {}).get("progress") or {}
         now = datetime.now(UTC).replace(tzinfo=None)
         new = progress.fold(old, report, rank, node, now, wanted.get("totalSteps"))
+        return await self._take(key, job, stored, new)
+
+    async def accept_trainer_status(self, key: JobKey, status: trainerstatus.TrainerStatus) -> str:
+        """Fold a Kubeflow trainerStatus body in (trainop's Reporter wins: see
+        trainop.trainerstatus); the same throttle as trainop's reports."""
+        mem = self.state().jobs.get(key)
+        if mem is None:
+            raise progress.ReportError("the job is gone")
+        job = mem.newest() or {}
+        stored = (job.get("status") or {}).get("progress")
+        old = mem.progress if mem.progress is not None else stored
+        wanted = (job.get("spec") or {}).get("progress") or {}
+        now = datetime.now(UTC).replace(tzinfo=None)
+        new = trainerstatus.fold_trainer_status(old, status, now, wanted.get("totalSteps"))
+        return await self._take(key, job, stored, new)
+
+    async def _take(
+        self,
+        key: JobKey,
+        job: Mapping[str, Any],
+        stored: Mapping[str, Any] | None,
+        new: dict[str, Any],
+    ) -> str:
+        """Keep `new` as the job's newest progress; write it when the throttle allows."""
+        mem = self.state().jobs.get(key)
+        if mem is None:
+            raise progress.ReportError("the job is gone")
+        wanted = (job.get("spec") or {}).get("progress") or {}
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
         mem.progress = new
@@ -148,8 +190,11 @@ class ProgressService:
         mem = self.state().jobs.get(key)
         if mem is not None:
             mem.progress_written = self.clock()
+        # A merge patch: a key the reports own that the new progress dropped is nulled out
+        # (others, such as the reconcile's replacedAt, may be newer than this memory: kept).
+        body = {k: None for k in stored or {} if k in DROPPED and k not in new} | dict(new)
         written = await asyncio.to_thread(
-            api.patch_job_status, *split_key(key), {"progress": dict(new)}, {}
+            api.patch_job_status, *split_key(key), {"progress": body}, {}
         )
         if written is not None:
             self.state().record_written(key, written)
@@ -197,14 +242,43 @@ async def _handle(service: ProgressService, request: web.Request) -> web.Respons
             metrics.PROGRESS_REPORTS.labels(outcome).inc()
         return web.json_response(service.answer(key))
     except progress.ReportError as err:
-        metrics.PROGRESS_REPORTS.labels("refused").inc()
-        status = 401 if str(err).startswith(("token", "Authorization")) else 400
-        if "not a pod" in str(err):
-            status = 403
-        return web.json_response({"error": str(err)}, status=status)
+        return _refused(err)
     except Exception as err:  # the API server away: the trainer goes on, and retries
         log.warning("progress report failed: %s", err)
         return web.json_response({"error": "trainop could not take the report now"}, status=503)
+
+
+async def _handle_trainer_status(service: ProgressService, request: web.Request) -> web.Response:
+    """POST /v1/trainer-status: a Kubeflow trainerStatus body, the same tokens and rules as
+    trainop's reports. transformers' KubeflowCallback takes any answer but 200 as a failure
+    (and says nothing), so a refusal's 4xx message is for curl and the operator's metrics."""
+    try:
+        who = await service.identify(request)
+        key, _pod = service.job_key(who)
+        raw = await request.content.read(MAX_BODY + 1)
+        if len(raw) > MAX_BODY:
+            raise progress.ReportError(f"the body is larger than {MAX_BODY} bytes")
+        try:
+            data = json.loads(raw or b"null")
+        except ValueError as err:
+            raise progress.ReportError(f"the body is not JSON: {err}") from None
+        status = trainerstatus.parse_trainer_status(data)
+        outcome = await service.accept_trainer_status(key, status)
+        metrics.PROGRESS_REPORTS.labels(outcome).inc()
+        return web.json_response(service.answer(key))
+    except progress.ReportError as err:
+        return _refused(err)
+    except Exception as err:  # the API server away: the trainer goes on
+        log.warning("trainerStatus report failed: %s", err)
+        return web.json_response({"error": "trainop could not take the report now"}, status=503)
+
+
+def _refused(err: progress.ReportError) -> web.Response:
+    metrics.PROGRESS_REPORTS.labels("refused").inc()
+    status = 401 if str(err).startswith(("token", "Authorization")) else 400
+    if "not a pod" in str(err):
+        status = 403
+    return web.json_response({"error": str(err)}, status=status)
 
 
 async def serve(service: ProgressService, port: int) -> web.AppRunner:
@@ -214,8 +288,12 @@ async def serve(service: ProgressService, port: int) -> web.AppRunner:
     async def handle(request: web.Request) -> web.Response:
         return await _handle(service, request)
 
+    async def handle_trainer_status(request: web.Request) -> web.Response:
+        return await _handle_trainer_status(service, request)
+
     app.router.add_route("POST", PATH, handle)
     app.router.add_route("GET", PATH, handle)
+    app.router.add_route("POST", TRAINER_STATUS_PATH, handle_trainer_status)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", port).start()
