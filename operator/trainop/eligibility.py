@@ -16,7 +16,11 @@ three steps, each pure and cheap on 1,000+ node fleets:
    compatibility, then minor-version compatibility), the candidate releases are tried
    confirmed-first, newest-first; the first one whose eligible nodes hold the whole gang
    (topology mode respected, `placement.place`) wins. A release whose eligible node set
-   equals one already refused is refused without placing again.
+   equals one already refused is refused without placing again. A node is eligible only
+   if the image is published for its CPU architecture (`kubernetes.io/arch`, the catalog's
+   per-image arm64 window), and a gang never mixes architectures: when a release's
+   eligible nodes span amd64 and arm64, each architecture is tried on its own, the one
+   with the most free GPUs first (`by_arch`).
 
 Every release tried is reported with why it was refused (`GangChoice.tried`), for
 `trainop render` / `explain`, and the mode used becomes status.compatibility.
@@ -33,6 +37,7 @@ from typing import Any
 from trainop.api import constants as c
 from trainop.catalog import Catalog, Compat, GpuFacts, ImageChoice, check_node
 from trainop.catalog.compat import ALL_MODES, KIND_NOT_GPU, MODES, summarize_incompatible
+from trainop.catalog.gfd import LABEL_ARCH
 from trainop.catalog.images import Candidates
 from trainop.inventory import DEFAULT_TOLERATED_TAINT_KEYS, NodeInfo, Snapshot
 from trainop.placement import GangRequest, NodeFilter, NoFit, Placement, place
@@ -143,7 +148,9 @@ class _Fleet:
         vk = (key, image.image)
         got = self.verdicts.get(vk)
         if got is None:
-            got = check_node(self.catalog, key, image.cuda, image.release, modes=self.modes)
+            got = check_node(
+                self.catalog, key, image.cuda, image.release, modes=self.modes, archs=image.archs
+            )
             self.verdicts[vk] = got
         return got
 
@@ -238,7 +245,11 @@ def _label(image: ImageChoice) -> str:
     return f"NGC {r.name} ({image.image})" if r is not None else image.image
 
 
-def _filter_for(fleet: _Fleet, image: ImageChoice, tier: int) -> NodeFilter:
+def _filter_for(
+    fleet: _Fleet, image: ImageChoice, tier: int, arch: str | None = None
+) -> NodeFilter:
+    """Nodes that run `image` by a mode up to `tier`; with `arch`, only nodes of that CPU
+    architecture (one try of a gang whose eligible nodes span several)."""
     allowed = MODES[tier]
 
     def check(node: NodeInfo) -> str | None:
@@ -247,12 +258,35 @@ def _filter_for(fleet: _Fleet, image: ImageChoice, tier: int) -> NodeFilter:
             return why
         verdict = fleet.verdict(class_key(node.gpu), image)
         if verdict.rank <= tier:
+            if arch is not None and node.gpu.cpu_arch != arch:
+                return (
+                    f"{LABEL_ARCH}={node.gpu.cpu_arch}: this try places the gang on {arch} "
+                    "nodes (a gang's pods share one architecture)"
+                )
             return None
         if verdict.ok:
             return f"runs the image only through {verdict.mode}, beyond {allowed} (tried later)"
         return verdict.reason or "cannot run the image"
 
     return check
+
+
+def by_arch(fleet: _Fleet, eligible: frozenset[GpuFacts]) -> list[tuple[str | None, frozenset]]:
+    """The eligible node classes split by CPU architecture, most free GPUs first (then by
+    name): a gang never mixes amd64 and arm64 nodes (its pods run one image, which
+    need not be the same program on both, and collectives across them are untested).
+    One architecture: [(None, eligible)], no split."""
+    groups: dict[str, set[GpuFacts]] = {}
+    for key in eligible:
+        groups.setdefault(key.cpu_arch, set()).add(key)
+    if len(groups) == 1:
+        return [(None, eligible)]
+    free = {
+        arch: sum(n.gpus_free for k in keys for n in fleet.classes.get(k, ()))
+        for arch, keys in groups.items()
+    }
+    order = sorted(groups, key=lambda a: (-free[a], a))
+    return [(a, frozenset(groups[a])) for a in order]
 
 
 def choose_and_place(
@@ -289,30 +323,30 @@ def choose_and_place(
                 if tier == tiers[-1]:  # reported once, after every mode was tried
                     tried.append(f"{_label(image)}: no node can run it ({_why_none(fleet, image)})")
                 continue
-            if eligible in refused:
-                tried.append(
-                    f"{_label(image)} [{MODES[tier]}]: NoFit, same nodes as {refused[eligible]}"
-                )
-                continue
-            request = request_for(_filter_for(fleet, image, tier), image.image)
-            if fleet.plain:  # equal keys, equal eligibility: place() shares the work
-                key = (id(catalog), image.image, id(image.release), tier, options.modes)
-                request = replace(request, filter_key=key)
-            result = place(view, request)
-            if isinstance(result, Placement):
-                used = _mode_used(fleet, view, image, result)
-                tried.append(f"{_label(image)} [{used}]: placed")
-                return GangChoice(
-                    image=image,
-                    result=result,
-                    compatibility=used,
-                    tried=tuple(tried),
-                    snapshot=view,
-                    gpu_resource=_resource(fleet, result),
-                )
-            refused[eligible] = _label(image)
-            tried.append(f"{_label(image)} [{MODES[tier]}]: NoFit: {result.reason}")
-            first_nofit = first_nofit or (image, result)
+            for arch, subset in by_arch(fleet, eligible):
+                label = _label(image) + (f" on {arch} nodes" if arch else "")
+                if subset in refused:
+                    tried.append(f"{label} [{MODES[tier]}]: NoFit, same nodes as {refused[subset]}")
+                    continue
+                request = request_for(_filter_for(fleet, image, tier, arch), image.image)
+                if fleet.plain:  # equal keys, equal eligibility: place() shares the work
+                    key = (id(catalog), image.image, id(image.release), tier, options.modes, arch)
+                    request = replace(request, filter_key=key)
+                result = place(view, request)
+                if isinstance(result, Placement):
+                    used = _mode_used(fleet, view, image, result)
+                    tried.append(f"{label} [{used}]: placed")
+                    return GangChoice(
+                        image=image,
+                        result=result,
+                        compatibility=used,
+                        tried=tuple(tried),
+                        snapshot=view,
+                        gpu_resource=_resource(fleet, result),
+                    )
+                refused[subset] = label
+                tried.append(f"{label} [{MODES[tier]}]: NoFit: {result.reason}")
+                first_nofit = first_nofit or (image, result)
     return _give_up(fleet, view, images, tuple(tried), first_nofit)
 
 
@@ -382,7 +416,12 @@ def _summary(fleet: _Fleet, snapshot: Snapshot, image: ImageChoice) -> str:
             verdict = Compat(False, why, KIND_EXCLUDED, head, node.gpu.product or "")
         elif node.gpus_allocatable <= 0:
             verdict = check_node(
-                fleet.catalog, node.gpu, image.cuda, image.release, modes=fleet.modes
+                fleet.catalog,
+                node.gpu,
+                image.cuda,
+                image.release,
+                modes=fleet.modes,
+                archs=image.archs,
             )
             if verdict.ok:
                 verdict = Compat(

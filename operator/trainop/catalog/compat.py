@@ -5,7 +5,9 @@ eligible), by `trainop explain` and by the catalog table; `affinity` renders the
 rule as Kubernetes node-affinity terms. Facts come from GFD labels (`gfd`), rules
 from the catalog (`model`, whose data file cites NVIDIA's notes for every figure).
 
-A node runs an image that needs CUDA X.Y iff
+A node runs an image that needs CUDA X.Y iff the image is published for the node's
+architecture (`kubernetes.io/arch`; an unlabelled node is amd64; an image whose
+architectures are unknown, a user's own, is trusted on any), and
   (a) its driver is new enough, by one of three modes, in this order of preference:
       - native: driver >= the release's own min_driver (NGC images; the release
         notes' "requires NVIDIA Driver release N or later"), or for an image the
@@ -34,8 +36,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from trainop.api import constants as c
-from trainop.catalog.gfd import GpuFacts
-from trainop.catalog.model import Catalog, CudaVersion, Release, version_text
+from trainop.catalog.gfd import LABEL_ARCH, GpuFacts
+from trainop.catalog.model import Catalog, CudaVersion, ImageArchs, Release, version_text
 
 # Compat.kind values (stable, used for grouping and by callers that branch on them)
 KIND_NOT_GPU = "not-gpu"
@@ -44,6 +46,7 @@ KIND_MEMORY = "memory"
 KIND_LABELS = "labels"
 KIND_COMPUTE = "compute-capability"
 KIND_DRIVER = "driver"
+KIND_ARCH = "architecture"  # no image for the node's kubernetes.io/arch
 
 # Compat.via values: which path made the driver acceptable
 VIA_NO_REQUIREMENT = "no-cuda-requirement"
@@ -206,10 +209,12 @@ def check_node(
     gpu_products: Sequence[str] = (),
     min_memory_mib: int | None = None,
     modes: Collection[str] = ALL_MODES,
+    archs: ImageArchs | None = None,
 ) -> Compat:
     """Can a node with these GFD facts run an image that needs `need_cuda` (default: the
-    release's CUDA) from `release` (None for a non-NGC image), by one of `modes`? The best
-    mode wins (`Compat.mode`). Never raises on bad labels."""
+    release's CUDA) from `release` (None for a non-NGC image), published for `archs` (None:
+    unknown, trusted on any architecture), by one of `modes`? The best mode wins
+    (`Compat.mode`). Never raises on bad labels."""
     if not is_gpu_node(facts):
         return _fail(
             KIND_NOT_GPU,
@@ -218,6 +223,8 @@ def check_node(
             "",
         )
     product = facts.product or "GPU without a nvidia.com/gpu.product label"
+    if archs is not None and facts.cpu_arch not in archs.known:
+        return _arch_fail(facts, product, archs)
     early = _check_product_memory(facts, product, gpu_products, min_memory_mib)
     if early is not None:
         return early
@@ -241,6 +248,18 @@ def check_node(
     if need is None:
         return Compat(True, via=VIA_NO_REQUIREMENT)
     return _check_driver(catalog, facts, product, driver, need, release, modes)
+
+
+def _arch_fail(facts: GpuFacts, product: str, archs: ImageArchs) -> Compat:
+    arch = facts.cpu_arch
+    if arch in archs.unconfirmed:
+        req = (
+            f"its {arch} image is unconfirmed, so it runs on {archs.text()} only (confirm "
+            "it through catalogOverrides, docs/catalog.md)"
+        )
+    else:
+        req = f"it has no {arch} image ({archs.text()} only)"
+    return _fail(KIND_ARCH, f"{LABEL_ARCH}={arch}: {req}", req, f"{product} ({arch})")
 
 
 def _check_product_memory(

@@ -1,5 +1,8 @@
 """Reads NVIDIA GPU Feature Discovery node labels (both label generations) into typed GPU facts.
 
+Also the node's CPU architecture (`kubernetes.io/arch`), which decides which images it
+can run at all.
+
 Also reads how the node shares its GPUs, from the labels GFD and the GPU operator write
 (https://github.com/NVIDIA/k8s-device-plugin#shared-access-to-gpus,
 https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html,
@@ -30,6 +33,14 @@ SHARING_MIG = "mig"
 MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb(?:\+[a-z]+)?)$")
 
 _INT = re.compile(r"^\s*(\d+)\s*$")
+
+# The node's CPU architecture, as the kubelet labels every node
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-arch): an
+# image runs on a node only if it is published for that architecture (Grace nodes, GH200
+# and GB200/GB300 trays, are arm64).
+LABEL_ARCH = "kubernetes.io/arch"
+ARCH_AMD64 = "amd64"
+ARCH_ARM64 = "arm64"
 
 
 def _int(value: str | None) -> int | None:
@@ -74,6 +85,13 @@ class GpuFacts:
     sharing: str | None = None  # time-slicing | mps | mig (MIG single strategy), None: whole GPUs
     mig_strategy: str | None = None  # nvidia.com/mig.strategy: single | mixed | none
     mig_profile: str | None = None  # from a "-MIG-<profile>" product (single strategy)
+    arch: str | None = None  # kubernetes.io/arch: amd64 | arm64 | ...; None when unlabelled
+
+    @property
+    def cpu_arch(self) -> str:
+        """The node's architecture; an unlabelled node is taken as amd64 (the kubelet labels
+        every node; only hand-written fleets lack it, and those are x86)."""
+        return self.arch or ARCH_AMD64
 
     @property
     def shared(self) -> bool:
@@ -147,6 +165,7 @@ def gpu_facts_from_labels(labels: Mapping[str, str] | None) -> GpuFacts:
         sharing=_sharing(labels, product, replicas, profile),
         mig_strategy=_first(labels, c.GFD_MIG_STRATEGY),
         mig_profile=profile,
+        arch=_first(labels, LABEL_ARCH),
     )
 
 

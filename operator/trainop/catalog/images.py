@@ -8,7 +8,10 @@ them, the newest. An explicit spec.image is always used as given: when it is an 
 tag the catalog knows (nvcr.io/nvidia/<fw>:YY.MM-..., or the same tag under a mirror
 repository set through overrides) the release's CUDA is what a node must run;
 otherwise spec.cuda says it (None when not given). An explicit image that contradicts
-spec.cuda or spec.framework.version is an error rather than a silent pick.
+spec.cuda or spec.framework.version is an error rather than a silent pick. Each choice
+carries the CPU architectures its image is published for (`ImageChoice.archs`, from the
+catalog's per-image `arm64:` window; None for an image the catalog does not know, which is
+trusted on any architecture).
 Neighbours: the planner calls this, then filters nodes with `compat.check_node` on
 the result.
 """
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 from trainop.catalog.compat import check_node, cuda_text, is_gpu_node
 from trainop.catalog.gfd import GpuFacts, parse_version
-from trainop.catalog.model import Catalog, CudaVersion, ImageSpec, Release
+from trainop.catalog.model import Catalog, CudaVersion, ImageArchs, ImageSpec, Release
 
 FIELD_NAME = "spec.framework.name"
 FIELD_VERSION = "spec.framework.version"
@@ -53,6 +56,9 @@ class ImageChoice:
     cuda: CudaVersion | None  # the CUDA the image needs; None when unknown
     framework_version: str | None  # version inside the image (requested one for unknown images)
     reason: str  # one sentence on why this tag
+    # The CPU architectures the image is published for; None: unknown (an image the
+    # catalog does not know), trusted on any node architecture.
+    archs: ImageArchs | None = None
 
 
 def version_matches(requested: str, actual: str) -> bool:
@@ -159,7 +165,11 @@ def _explicit(
             release=None,
             cuda=_mm(want) if want else None,
             framework_version=version,
-            reason=f"spec.image is used as given; {why}, so nodes are checked against {need}.",
+            reason=(
+                f"spec.image is used as given; {why}, so nodes are checked against {need}; "
+                "its architectures are unknown, so it is trusted on amd64 and arm64 nodes "
+                "alike (a gang still shares one architecture)."
+            ),
         )
 
     # The same repository may serve several frameworks (mpi uses the pytorch image).
@@ -187,6 +197,7 @@ def _explicit(
             f"spec.image is used as given; it is NGC {release.name}, so nodes must run "
             f"CUDA {release.cuda_text}."
         ),
+        archs=img.archs_for(release),
     )
 
 
@@ -214,6 +225,7 @@ class Candidates:
             cuda=release.cuda_mm,
             framework_version=release.version_of(fw),
             reason=reason,
+            archs=self.spec.archs_for(release),
         )
 
     def head(self, release: Release) -> str:
@@ -323,7 +335,10 @@ def resolve_image(
             (
                 r
                 for r in newest_first
-                if any(check_node(catalog, f, r.cuda_mm, r).ok for f in nodes)
+                if any(
+                    check_node(catalog, f, r.cuda_mm, r, archs=cands.choice(r, "").archs).ok
+                    for f in nodes
+                )
             ),
             None,
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
-from trainop.catalog.gfd import MIG_SUFFIX, parse_version
+from trainop.catalog.gfd import ARCH_AMD64, ARCH_ARM64, MIG_SUFFIX, parse_version
 from trainop.yamlio import YamlInputError, load_yaml
 
 Version = tuple[int, ...]
@@ -58,9 +58,12 @@ _GPU_FIELDS = frozenset(
 )
 # GPU facts a product entry may mark unconfirmed (`trainop catalog --check` lists them).
 _GPU_UNCONFIRMABLE = frozenset({"label", "cc", "family", "memory_mib", "min_cuda", "min_driver"})
-_IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until", "unconfirmed"})
-# Image facts an image entry may mark unconfirmed: whether it bundles Horovod.
-_IMAGE_UNCONFIRMABLE = frozenset({"horovod"})
+_IMAGE_FIELDS = frozenset({"ships", "repository", "tag", "since", "until", "unconfirmed", "arm64"})
+# Image facts an image entry may mark unconfirmed: whether it bundles Horovod, and the
+# releases its arm64 image exists for (an unconfirmed arm64 window is not used).
+_IMAGE_UNCONFIRMABLE = frozenset({"horovod", "arm64"})
+_ARM64_FIELDS = frozenset({"since", "until"})
+# Every NGC framework image is published for amd64 (x86_64); arm64 only where `arm64:` says.
 
 # GFD writes the product with spaces turned into '-'; older drivers omit the "NVIDIA-"
 # prefix, time-slicing appends "-SHARED" and the MIG single strategy "-MIG-<profile>"
@@ -198,6 +201,18 @@ class GpuProduct:
 
 
 @dataclass(frozen=True)
+class ImageArchs:
+    """The CPU architectures (kubernetes.io/arch values) an image is published for, and
+    those it may be published for that the catalog has not confirmed (not used)."""
+
+    known: frozenset[str]
+    unconfirmed: frozenset[str] = frozenset()
+
+    def text(self) -> str:
+        return "/".join(sorted(self.known))
+
+
+@dataclass(frozen=True)
 class ImageSpec:
     """How one spec.framework.name maps to an NGC image repository and tag."""
 
@@ -208,6 +223,25 @@ class ImageSpec:
     since: tuple[int, int] | None = None
     until: tuple[int, int] | None = None
     unconfirmed: frozenset[str] = frozenset()
+    # The releases whose image is also published for arm64 (a multi-arch tag), as
+    # (since, until) release keys, either open; None: amd64 only.
+    arm64: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
+
+    def archs_for(self, release: Release) -> ImageArchs:
+        """The architectures this image of `release` exists for. An arm64 window marked
+        unconfirmed is not used (fail closed: amd64 only) but is named in messages."""
+        in_window = False
+        if self.arm64 is not None:
+            since, until = self.arm64
+            in_window = (since is None or release.key >= since) and (
+                until is None or release.key <= until
+            )
+        if in_window and ARCH_ARM64 not in self.unconfirmed:
+            return ImageArchs(frozenset({ARCH_AMD64, ARCH_ARM64}))
+        return ImageArchs(
+            frozenset({ARCH_AMD64}),
+            frozenset({ARCH_ARM64}) if in_window else frozenset(),
+        )
 
     def image_for(self, release: Release) -> str:
         return f"{self.repository}:{self.tag.format(release=release.name)}"
@@ -563,7 +597,21 @@ def _image(framework: Any, data: Any, shipped: set[str]) -> ImageSpec:
         since=bounds.get("since"),
         until=bounds.get("until"),
         unconfirmed=frozenset(unc),
+        arm64=_arm64(where, d["arm64"]) if "arm64" in d else None,
     )
+
+
+def _arm64(where: str, raw: Any) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """images.X.arm64: {since, until} (either may be left out: open)."""
+    at = f"{where}.arm64"
+    d = _mapping(at, raw)
+    _unknown(at, d, _ARM64_FIELDS)
+    out: dict[str, tuple[int, int]] = {}
+    for k in ("since", "until"):
+        if k in d:
+            yy, mm = _release_name(f"{at}.{k}", d[k]).split(".")
+            out[k] = (int(yy), int(mm))
+    return out.get("since"), out.get("until")
 
 
 def catalog_from_data(data: Any) -> Catalog:  # noqa: C901, PLR0912 - one check per section of the catalog file, in file order

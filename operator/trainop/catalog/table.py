@@ -127,12 +127,17 @@ def unconfirmed_facts(catalog: Catalog) -> list[str]:
         out.append(f"GPU {g.label}: {facts}")
     for i in catalog.images:
         for f in sorted(i.unconfirmed):
-            out.append(f"image {i.framework} ({i.repository}): {_IMAGE_FACTS.get(f, f)}")
+            what = _IMAGE_FACTS.get(f, f)
+            if f == "arm64" and i.arm64 is not None:
+                since, until = (f"{k[0]:02d}.{k[1]:02d}" if k else "" for k in i.arm64)
+                what += f" ({since or 'any'}..{until}; not used: amd64 only until confirmed)"
+            out.append(f"image {i.framework} ({i.repository}): {what}")
     return out
 
 
 _IMAGE_FACTS = {
     "horovod": "which releases still bundle Horovod",
+    "arm64": "the releases published for arm64",
 }
 
 

@@ -54,6 +54,10 @@ class NodeClass(_Strict):
     )
     labels: dict[str, str] = Field(default_factory=dict)
     images: list[str] = Field(default_factory=list, description="status.images names")
+    arch: Literal["amd64", "arm64"] = Field(
+        default="amd64",
+        description="kubernetes.io/arch: arm64 for Grace nodes (GH200, GB200/GB300 trays)",
+    )
 
 
 class Group(_Strict):
@@ -160,7 +164,7 @@ def node_manifests(fleet: Fleet) -> list[dict[str, Any]]:
             name = f"{g.prefix}-{i:02d}"
             labels = {
                 "type": "kwok",
-                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/arch": cls.arch,
                 "kubernetes.io/os": "linux",
                 c.LABEL_HOSTNAME: name,
                 c.LABEL_BLOCK: g.block,
