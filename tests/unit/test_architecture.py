@@ -275,3 +275,18 @@ def test_grace_fleet_gang_lands_on_one_architecture(config: OperatorConfig, pref
     plan = plan_job(job(2, 8 if prefix == "b200-" else 4), grace_fleet(), config)
     assert isinstance(plan, Plan), plan
     assert all(n.startswith(prefix) for n in plan.placement.nodes), plan.placement.nodes
+
+
+@pytest.mark.parametrize(
+    ("cat", "cell"),
+    [
+        pytest.param(CAT, "none", id="default-catalog"),
+        pytest.param(CAT_ARM, "NVIDIA-GH200-480GB x1", id="arm64-confirmed"),
+    ],
+)
+def test_catalog_table_nodes_respect_the_architecture(cat: Any, cell: str) -> None:
+    from trainop.catalog import catalog_table
+
+    text = catalog_table(cat, "pytorch", nodes=[("g1", facts("arm64"))])
+    row = next(line for line in text.splitlines() if " 25.10 " in line)
+    assert row.endswith(cell), row

@@ -1,7 +1,8 @@
 """Renders the catalog as fixed-width text tables for `trainop catalog`.
 
 `catalog_table`: one row per (framework, NGC release): framework version, CUDA, minimum
-driver and compute capability; with nodes, which of them (counted per product) can run
+driver, compute capability and CPU architectures (arm64 where the catalog's window
+says; an unconfirmed one is marked and not used); with nodes, which of them (counted per product) can run
 the image, by the same `compat.check_node` the operator uses. A '*' marks a value the
 catalog lists as unconfirmed. `node_class_table`: per node class (nodes with identical
 GPU facts), which releases run natively and which only through forward or minor-version
@@ -17,7 +18,7 @@ from dataclasses import replace
 from trainop.catalog.compat import MODE_FORWARD, MODE_MINOR, MODE_NATIVE, check_node
 from trainop.catalog.gfd import GpuFacts
 from trainop.catalog.images import ResolutionError, parse_cuda
-from trainop.catalog.model import Catalog, Release, version_text
+from trainop.catalog.model import Catalog, ImageArchs, Release, version_text
 
 _MARK = "*"
 
@@ -28,10 +29,21 @@ def _cell(value: str | None, release: Release, *fields: str) -> str:
     return value + (_MARK if any(release.is_unconfirmed(f) for f in fields) else "")
 
 
-def _nodes_cell(catalog: Catalog, release: Release, nodes: Sequence[tuple[str, GpuFacts]]) -> str:
+def _arch_cell(archs: ImageArchs) -> str:
+    """'amd64', 'amd64,arm64', or 'amd64,arm64*' for an unconfirmed (unused) arm64."""
+    names = sorted(archs.known) + [f"{a}{_MARK}" for a in sorted(archs.unconfirmed)]
+    return ",".join(names)
+
+
+def _nodes_cell(
+    catalog: Catalog,
+    release: Release,
+    nodes: Sequence[tuple[str, GpuFacts]],
+    archs: ImageArchs | None = None,
+) -> str:
     counts: Counter[str] = Counter()
     for _name, facts in nodes:
-        if check_node(catalog, facts, release.cuda_mm, release).ok:
+        if check_node(catalog, facts, release.cuda_mm, release, archs=archs).ok:
             counts[facts.product or "unlabelled GPU"] += 1
     if not counts:
         return "none"
@@ -57,7 +69,7 @@ def catalog_table(
         raise ResolutionError("--cuda", e.detail) from None
     specs = [catalog.image_spec(framework)] if framework is not None else list(catalog.images)
 
-    header = ["FRAMEWORK", "VERSION", "RELEASE", "CUDA", "MIN DRIVER", "MIN CC", "IMAGE"]
+    header = ["FRAMEWORK", "VERSION", "RELEASE", "CUDA", "MIN DRIVER", "MIN CC", "ARCH", "IMAGE"]
     if nodes:
         header.append("NODES")
     rows: list[list[str]] = []
@@ -67,6 +79,7 @@ def catalog_table(
         for r in reversed(catalog.releases_for(spec.framework)):
             if want is not None and (*r.cuda, 0, 0)[:3] < (*want, 0, 0)[:3]:
                 continue
+            archs = spec.archs_for(r)
             row = [
                 spec.framework,
                 _cell(r.version_of(spec.ships), r, spec.ships),
@@ -74,11 +87,12 @@ def catalog_table(
                 _cell(r.cuda_text, r, "cuda"),
                 _cell(r.min_driver_text, r, "min_driver"),
                 _cell(r.min_cc_text, r, "min_cc"),
+                _arch_cell(archs),
                 spec.image_for(r),
             ]
             any_unconfirmed |= any(_MARK in cell for cell in row)
             if nodes:
-                row.append(_nodes_cell(catalog, r, nodes))
+                row.append(_nodes_cell(catalog, r, nodes, archs))
             rows.append(row)
     if not rows:
         return "no image in the catalog matches"
@@ -88,7 +102,10 @@ def catalog_table(
         for row in [header, *rows]
     ]
     if any_unconfirmed:
-        lines.append(f"{_MARK} unconfirmed: inferred, check the NGC release notes (catalog.yaml)")
+        lines.append(
+            f"{_MARK} unconfirmed: inferred, check the NGC release notes (catalog.yaml); "
+            f"an unconfirmed architecture is not used"
+        )
     return "\n".join(lines)
 
 
@@ -162,7 +179,8 @@ def _class_name(facts: GpuFacts) -> str:
     drv = facts.driver_label or facts.driver_text or "no driver label"
     cc = facts.compute_capability_text or "?"
     share = f", {facts.sharing}" if facts.sharing else ""
-    return f"{facts.product or 'unlabelled GPU'} (driver {drv}, cc {cc}{share})"
+    arch = f", {facts.arch}" if facts.arch and facts.arch != "amd64" else ""
+    return f"{facts.product or 'unlabelled GPU'} (driver {drv}, cc {cc}{share}{arch})"
 
 
 def node_class_table(catalog: Catalog, nodes: Sequence[tuple[str, GpuFacts]]) -> str:
