@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.builders import busy, fleet_nodes, job, pod, uid_of
-from trainop.handlers.scheduler import AdmissionLoop, Verdict, gather, plan_pods
-from trainop.handlers.state import Assumed, JobKey, ShellState
+from trainop.handlers.scheduler import AdmissionLoop, gather, plan_pods
+from trainop.handlers.state import Assumed, JobKey, ShellState, Verdict
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import PassResult

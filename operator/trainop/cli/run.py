@@ -187,7 +187,13 @@ def run(
     if handlers.Runtime.config.external_queue == "kueue":
         from trainop.handlers import kueue  # watches Kueue's kinds: their CRDs must exist
 
-        kueue.register_operator()
+        rt = handlers.Runtime
+        kueue.register(
+            handlers.reconcile_job,
+            lambda: rt.state.jobs.keys(),
+            lambda: rt.state.leader,
+            lambda: rt.api,
+        )
     # Only the replica that acts (leads, and has listed the cluster) exports the gauges
     # that describe the cluster, so sum(trainop_jobs) over all replicas counts each job once.
     metrics.LEADERSHIP.probe = lambda: (

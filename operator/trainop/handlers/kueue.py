@@ -3,8 +3,8 @@
 Neighbours: `handlers.operator.reconcile_job` asks `gate` for a job's verdict instead of
 trainop's admission loop (which stands aside in this mode); `queueing.kueue` holds the
 pure rules (the Workload, its states, the status patches); `kube.kueue` writes. The
-watches are registered by `register` (from `trainop run`, only in this mode: the Kueue
-CRDs need not exist otherwise). docs/kueue.md describes the whole route.
+watches are registered by `register`, which `trainop run` calls with the operator's
+callbacks, only in this mode (the Kueue CRDs need not exist otherwise). docs/kueue.md describes the whole route.
 """
 
 from __future__ import annotations
@@ -116,19 +116,6 @@ def register(
         kopf.on.event(f"{plural}.{rules.GROUP}", id=f"kueue_{plural}")(
             on_flavor_or_priority(plural)
         )
-
-
-def register_operator() -> None:
-    """`register`, wired to the operator process (`trainop run` in Kueue mode)."""
-    from trainop.handlers import operator  # it imports this module: bound at call time
-
-    rt = operator.Runtime
-    register(
-        operator.reconcile_job,
-        lambda: rt.state.jobs.keys(),
-        lambda: rt.state.leader,
-        lambda: rt.api,
-    )
 
 
 def _now() -> datetime:

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainop import metrics
-from trainop.handlers.state import JobKey, ShellState
+from trainop.handlers.state import JobKey, ShellState, Verdict
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
@@ -43,19 +43,6 @@ from trainop.queueing.tail import TailMemo
 from trainop.reconcile import Admission, backoff_seconds, parse_time
 
 log = logging.getLogger("trainop.scheduler")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A decision as the reconcile reads it, tied to the job generation it was made for."""
-
-    admission: Admission
-    uid: str | None
-    generation: int | None
-    told: float = 0.0  # when this wait last reached the job (monotonic)
-    # The cycle's decision this verdict was made from: a later cycle that decides the same
-    # for the same job version keeps the verdict as it is (no rebuild, nothing to tell).
-    source: JobDecision | None = field(default=None, compare=False)
 
 
 # Queue positions (and wait messages) up to this position are written to status as they

@@ -37,7 +37,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
@@ -45,10 +45,8 @@ from trainop.api.trainingjob import TERMINAL_PHASES
 from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
-from trainop.queueing.model import key_of
-
-if TYPE_CHECKING:
-    from trainop.handlers.scheduler import Verdict
+from trainop.queueing.model import JobDecision, key_of
+from trainop.reconcile import Admission
 
 # A job's key, in the shell and in queueing alike (QueuedJob.key, JobDecision.key,
 # `queueing.cluster.job_key`): "namespace/name". A pod's key is the pair (namespace, name).
@@ -71,6 +69,19 @@ def _rv(body: Mapping[str, Any] | None) -> int:
         return int((body or {}).get("metadata", {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decision as the reconcile reads it, tied to the job generation it was made for."""
+
+    admission: Admission
+    uid: str | None
+    generation: int | None
+    told: float = 0.0  # when this wait last reached the job (monotonic)
+    # The cycle's decision this verdict was made from: a later cycle that decides the same
+    # for the same job version keeps the verdict as it is (no rebuild, nothing to tell).
+    source: JobDecision | None = field(default=None, compare=False)
 
 
 @dataclass
