@@ -115,7 +115,7 @@ RESTARTS = Counter(
 FAILURES = Counter(
     "trainop_job_failures_total",
     "Classified pod failures that restarted or failed a gang; label reason (NodeLost|Evicted|"
-    "GPUXid|OOMKilled|ImagePullFailed|NCCLError|Signal|ExitCode|Unknown, see trainop.failures).",
+    "GPUXid|OOMKilled|ImagePullFailed|NCCLError|PeerUnresolved|Signal|ExitCode|Unknown, see trainop.failures).",
     ["reason"],
 )
 PREEMPTIONS = Counter(

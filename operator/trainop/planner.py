@@ -31,6 +31,7 @@ from trainop.catalog import (
     resolve_image,
 )
 from trainop.catalog.compat import ALL_MODES
+from trainop.catalog.gfd import LABEL_ARCH
 from trainop.catalog.images import Candidates, candidate_releases
 from trainop.dra import DraConfig, claim_template, use_claim
 from trainop.eligibility import (
@@ -708,12 +709,7 @@ def build_plan(
 ) -> Plan:
     """The objects of one placed gang: framework wiring, pods, Service, ConfigMap, DRA claims."""
     fw = frameworks.get(spec.framework.name)
-    host_network = any(
-        (rs.template.get("spec") or {}).get("hostNetwork") for rs in spec.replica_specs.values()
-    )
-    served = frameworks.gang_has_service(
-        len(placement.assignments), spec.elastic is not None, host_network
-    )
+    served = _served(spec, len(placement.assignments))
     members = _members(ref, placement, served=served)
     last_call = spec.elastic.rendezvous_last_call_seconds if spec.elastic else None
     inp = frameworks.WiringInput(
@@ -814,7 +810,7 @@ def _unpinned(
     compat = _catalog_terms(spec, choice, config)
     out = []
     for plan in pod_plans:
-        terms: tuple[dict[str, Any], ...] = ()
+        terms: tuple[Mapping[str, Any], ...] = () if plan.gpus else plan.compat_terms
         if plan.gpus and plan.node_object is not None:
             labels = snapshot.node(plan.node_object).labels
             profile = select_profile(labels, config.fabric_profiles, spec.network.fabric)
@@ -827,6 +823,14 @@ def _range(spec: TrainingJobSpec) -> tuple[int, int] | None:
     """spec.elastic as (minReplicas, maxReplicas); None for a fixed-size job."""
     el = spec.elastic
     return (el.min_replicas, el.max_replicas) if el is not None else None
+
+
+def _served(spec: TrainingJobSpec, pods: int) -> bool:
+    """Whether this gang of `pods` pods gets its headless Service (gang_has_service)."""
+    host_network = any(
+        (rs.template.get("spec") or {}).get("hostNetwork") for rs in spec.replica_specs.values()
+    )
+    return frameworks.gang_has_service(pods, spec.elastic is not None, host_network)
 
 
 def _members(ref: JobRef, placement: Placement, *, served: bool) -> tuple[frameworks.Member, ...]:
@@ -861,6 +865,7 @@ def _pod_plans(
     gpu_pods = [a for a in placement.assignments if a.node is not None]
     nodes_in_gang = len({a.node for a in gpu_pods})
     compat = _compat_terms(spec, choice, config)
+    cpu_pod_terms = _arch_terms(placement, snapshot)
     pod_plans: list[PodPlan] = []
     roles = tuple(spec.replica_specs)
     files = tuple(wiring.config_files.values()) if mount_config else ()
@@ -900,7 +905,7 @@ def _pod_plans(
                 shm_size=tuned.shm_size if tuned else None,
                 annotations=annotations,
                 command_prefix=tuple((wiring.command_for or {}).get(a.role, ())),
-                compat_terms=compat if a.gpus else (),
+                compat_terms=compat if a.gpus else cpu_pod_terms,
                 node_object=a.node,
                 gpu_resource=gpu_resource,
                 mount_config=mount_config,
@@ -910,6 +915,19 @@ def _pod_plans(
     if config.gang_scheduling == KUBERNETES:  # kube-scheduler picks the nodes
         return _unpinned(pod_plans, spec, choice, snapshot, config)
     return pod_plans
+
+
+def _arch_terms(placement: Placement, snapshot: Snapshot) -> tuple[Mapping[str, Any], ...]:
+    """On a fleet of more than one CPU architecture, the pods without GPUs (an MPI
+    launcher, a parameter server: not pinned) must land on the gang's architecture, which
+    the image was chosen for (docs/catalog.md#cpu-architectures-amd64-arm64); else ()."""
+    fleet_archs = snapshot.memo(
+        ("static", "cpu-archs"), lambda: frozenset(n.gpu.cpu_arch for n in snapshot.nodes)
+    )
+    gang = {snapshot.node(a.node).gpu.cpu_arch for a in placement.assignments if a.node}
+    if len(fleet_archs) < 2 or len(gang) != 1:
+        return ()
+    return ({"matchExpressions": [{"key": LABEL_ARCH, "operator": "In", "values": sorted(gang)}]},)
 
 
 def _compat_terms(

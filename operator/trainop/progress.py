@@ -506,3 +506,59 @@ def judge_degraded(
         f"{expected:.3g} s (factor {factor:g}): {why}"
     )
     return Degraded(True, "SlowerThanExpected", message, expected)
+
+
+# --- a gang that never meets: the startup rule (issue 38) -------------------------------------
+PROGRESSING = "Progressing"
+DEFAULT_STARTUP_DEADLINE = 600
+
+
+def startup_deadline(deadline: int | None, expects_reports: bool, wired: bool) -> int | None:
+    """Seconds a running gang may go without a first report; None: not judged.
+    `deadline`: spec.progress.startupDeadlineSeconds (0 turns the rule off);
+    `expects_reports`: spec.checkpoint or spec.progress.totalSteps is set;
+    `wired`: the operator gives pods a report endpoint."""
+    if not wired or deadline == 0:
+        return None
+    if deadline is not None:
+        return deadline
+    return DEFAULT_STARTUP_DEADLINE if expects_reports else None
+
+
+@dataclass(frozen=True)
+class Startup:
+    """The startup rule's verdict. status None: no condition to write (yet); recheck: the
+    seconds until the verdict can change without a report (None: only a report changes it)."""
+
+    status: bool | None
+    reason: str = ""
+    message: str = ""
+    recheck: float | None = None
+
+
+def judge_startup(
+    reported: Mapping[str, Any] | None,
+    running_since: datetime | None,
+    deadline: int | None,
+    now: datetime,
+) -> Startup:
+    """Progressing True once the trainer reported since the gang started running; False
+    (NoReport) once `deadline` seconds passed without a report; nothing before that."""
+    if deadline is None or running_since is None:
+        return Startup(None)
+    last = parse_time((reported or {}).get("lastReportTime"))
+    if last is not None and last >= running_since:
+        return Startup(True, "Reporting", "the trainer reports progress")
+    waited = (now - running_since).total_seconds()
+    if waited < deadline:
+        return Startup(None, recheck=deadline - waited)
+    return Startup(
+        False,
+        "NoReport",
+        f"no progress report in the {deadline} s since the gang started running "
+        f"({iso(running_since)}; spec.progress.startupDeadlineSeconds): the trainer has not "
+        "started stepping; its "
+        "rendezvous may never have completed (a peer that cannot be reached, a wrong address "
+        "in the template): see `kubectl logs` of the job's pods, or set the deadline to 0 if "
+        "this trainer does not report",
+    )

@@ -540,8 +540,10 @@ def _on_running(ctx: _Ctx) -> Actions:
         if _degraded(ctx):
             return ctx.finish(requeue=1.0)
         # Nothing to poll: pod and node events bring the job back; only a node that is
-        # NotReady but still within its grace needs a look when the grace ends.
-        return ctx.finish(requeue=_grace_left(ctx))
+        # NotReady but still within its grace needs a look when the grace ends, and a gang
+        # that has not reported yet when its startup deadline comes.
+        due = [t for t in (_grace_left(ctx), _startup(ctx)) if t is not None]
+        return ctx.finish(requeue=min(due) if due else None)
     lost = _lost_nodes([p for p in ctx.live if _phase(p) == "Pending"], ctx.fleet())
     if lost:
         ctx.delete_all()
@@ -648,6 +650,37 @@ def _nodes_broken(ctx: _Ctx) -> Actions | None:
         warning=True,
     )
     return ctx.finish(requeue=1.0)
+
+
+def _startup(ctx: _Ctx) -> float | None:
+    """Condition Progressing from the trainer's first report after the gang started running
+    (trainop.progress.judge_startup): a gang whose pods run but whose trainer never reports
+    turns Progressing=False (NoReport) at its deadline, with one Warning Event, instead of
+    looking healthy for ever (issue 38). Returns the seconds until the deadline."""
+    st, spec = ctx.st, ctx.job_spec
+    expects = spec.checkpoint is not None or spec.progress.total_steps is not None
+    deadline = progress.startup_deadline(
+        spec.progress.startup_deadline_seconds, expects, bool(ctx.config.progress_url)
+    )
+    since = next(
+        (
+            parse_time(cd.get("lastTransitionTime"))
+            for cd in st.new["conditions"]
+            if cd.get("type") == "Running" and cd.get("status") == "True"
+        ),
+        None,
+    )
+    verdict = progress.judge_startup(st.new.get("progress"), since, deadline, ctx.now)
+    if verdict.status is None:
+        return verdict.recheck
+    was = next(
+        (cd.get("status") for cd in st.new["conditions"] if cd.get("type") == progress.PROGRESSING),
+        None,
+    )
+    st.cond(progress.PROGRESSING, verdict.status, verdict.reason, verdict.message)
+    if not verdict.status and was != "False":
+        st.events.append(("Warning", verdict.reason, verdict.message))
+    return verdict.recheck
 
 
 REPLACE_DEGRADED_EVERY = timedelta(hours=1)

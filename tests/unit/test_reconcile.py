@@ -1751,6 +1751,85 @@ def test_replace_degraded_restarts_the_gang_at_most_once_an_hour() -> None:
     assert later.status["phase"] == "Restarting"
 
 
+# --- a gang that never meets: Progressing (issue 38; trainop.progress.judge_startup) -------------
+WIRED = OperatorConfig(progress_url="http://trainop-progress:8082/v1/progress")
+
+
+def _started(
+    checkpoint: bool = True, deadline: int | None = None, reported_ago: float | None = None
+) -> JobBuilder:
+    """A gang Running for 30 s; with spec.checkpoint, spec.progress.startupDeadlineSeconds
+    and a report `reported_ago` seconds before NOW (as given)."""
+    b = running(job())
+    if checkpoint:
+        b.spec["checkpoint"] = {"gracePeriodSeconds": 60}
+    if deadline is not None:
+        b.spec["progress"] = {"startupDeadlineSeconds": deadline}
+    if reported_ago is not None:
+        b.with_status(progress={"step": 3, "lastReportTime": ago(reported_ago)})
+    return b
+
+
+# (id, job, config, seconds after NOW, Progressing (None: absent) and reason, requeue)
+STARTUP = [
+    ("not-wired", _started(), CONFIG, 1000, None, None),
+    ("reports-not-expected", _started(checkpoint=False), WIRED, 1000, None, None),
+    ("before-the-deadline", _started(), WIRED, 0, None, 570.0),
+    ("deadline-passed", _started(), WIRED, 570, ("False", "NoReport"), None),
+    ("reported-since-running", _started(reported_ago=10), WIRED, 1000, ("True", "Reporting"), None),
+    (
+        "report-of-an-earlier-gang",
+        _started(reported_ago=40),
+        WIRED,
+        570,
+        ("False", "NoReport"),
+        None,
+    ),
+    (
+        "own-deadline",
+        _started(checkpoint=False, deadline=60),
+        WIRED,
+        30,
+        ("False", "NoReport"),
+        None,
+    ),
+    ("turned-off", _started(deadline=0), WIRED, 5000, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("b", "config", "offset", "progressing", "requeue"),
+    [pytest.param(*case[1:], id=case[0]) for case in STARTUP],
+)
+def test_a_running_gang_that_never_reports_is_not_progressing(
+    b: JobBuilder,
+    config: OperatorConfig,
+    offset: float,
+    progressing: tuple[str, str] | None,
+    requeue: float | None,
+) -> None:
+    gang = [pod(W0).running(), pod(W1).running()]
+    acts = reconcile(
+        as_body(b), as_pods(gang), fleet_snapshot, config, NOW + timedelta(seconds=offset)
+    )
+    assert acts.status["phase"] == "Running" and not acts.delete_pods
+    found = [x for x in acts.status["conditions"] if x["type"] == "Progressing"]
+    assert [(x["status"], x["reason"]) for x in found] == ([progressing] if progressing else [])
+    assert acts.requeue_after == requeue
+    warned = [e for e in acts.events if e[1] == "NoReport"]
+    assert len(warned) == (1 if progressing and progressing[0] == "False" else 0)
+    if warned:
+        assert warned[0][0] == "Warning" and "startupDeadlineSeconds" in warned[0][2]
+        again = reconcile(  # still no report: the condition stays, no second Event
+            job_with(b, acts.status),
+            as_pods(gang),
+            fleet_snapshot,
+            config,
+            NOW + timedelta(seconds=offset + 60),
+        )
+        assert cond(again.status, "Progressing")["status"] == "False" and again.events == []
+
+
 # --- a node going away: checkpoint, then restart elsewhere (issue 24) --------------------------
 def _cordoned(n: dict[str, Any]) -> None:
     n.setdefault("spec", {})["unschedulable"] = True

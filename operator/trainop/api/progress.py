@@ -36,6 +36,16 @@ class ProgressSpec(ApiModel):
         description="Steps after a (re)start whose step time is not judged (compilation, "
         "caches, NCCL set-up).",
     )
+    startup_deadline_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="How long a running gang may go without its first progress report "
+        "before condition Progressing turns False (reason NoReport, with a Warning Event): "
+        "a gang whose pods run but whose trainer never reports has likely never met. "
+        "Empty: 600 when the job expects reports (spec.checkpoint or spec.progress."
+        "totalSteps set) and the operator wires progress reports, else not judged; 0: off.",
+    )
     degraded_factor: float = Field(
         default=1.5,
         ge=1.05,
