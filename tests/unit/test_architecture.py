@@ -290,3 +290,35 @@ def test_catalog_table_nodes_respect_the_architecture(cat: Any, cell: str) -> No
     text = catalog_table(cat, "pytorch", nodes=[("g1", facts("arm64"))])
     row = next(line for line in text.splitlines() if " 25.10 " in line)
     assert row.endswith(cell), row
+
+
+def _launcher_arch(result: Any) -> Any:
+    assert isinstance(result, Plan), result
+    pod = next(p for p in result.pods if "launcher" in p["metadata"]["name"])
+    terms = (
+        pod["spec"]
+        .get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms", [])
+    )
+    return [e["values"] for t in terms for e in t["matchExpressions"] if e["key"] == LABEL_ARCH]
+
+
+@pytest.mark.parametrize(
+    ("fleet", "config", "expected"),
+    [
+        pytest.param(
+            (*MIXED, node("g2", GH200, "arm64", "r-g")), CONFIG_ARM, [["arm64"]], id="mixed-arm64"
+        ),
+        pytest.param(MIXED, CONFIG, [["amd64"]], id="mixed-amd64"),
+        pytest.param(GH200_RACK, CONFIG_ARM, [], id="one-arch-fleet-unchanged"),
+    ],
+)
+def test_pods_without_gpus_follow_the_gang_architecture(
+    fleet: tuple[Any, ...], config: OperatorConfig, expected: Any
+) -> None:
+    b = make_job("j", "mpi", None, None, namespace="ns", workers=None)
+    b = b.workers(2 if len(fleet) > 2 else 1, 4, {}).role("Launcher", 1)
+    spec = b.placement("none", "Required").build()
+    assert _launcher_arch(plan_job(spec, snap(*fleet), config)) == expected
