@@ -1,8 +1,9 @@
 """`make bench-eligibility`: gang-aware image choice on a 1,024-node mixed fleet, vs a per-node baseline.
 
-Workload: 4 blocks x 16 racks x 16 nodes; each rack is one kind of node (H100 R580, A100
-R550, A100 R535, V100 R535, T4 R470, L40S R570; every sixth rack time-sliced), half of the
-GPUs busy. A fixed list of jobs (PyTorch / TensorFlow / MXNet, with and without a CUDA
+Workload: 4 blocks x 16 racks x 16 nodes (`--nodes N`: N // 256 blocks, e.g. 5,120 for
+issue #36's 5,000); each rack is one kind of node (H100 R580, A100 R550, A100 R535, V100
+R535, T4 R470, L40S R570, and the 2025-2026 catalog's B200 and B300 on R580 and arm64
+GH200 on R580; every sixth rack time-sliced), half of the GPUs busy. A fixed list of jobs (PyTorch / TensorFlow / MXNet, with and without a CUDA
 floor, 1..48 nodes; some too large to fit, which makes the chooser try every release) is
 planned by
   - trainop: `planner.plan_job`, i.e. `eligibility.choose_and_place` (verdicts once per node
@@ -47,13 +48,17 @@ KINDS = [
     ("Tesla-V100-SXM2-32GB", "7", "0", "535.104.05"),
     ("Tesla-T4", "7", "5", "470.57.02"),
     ("NVIDIA-L40S", "8", "9", "570.86.10"),
+    ("NVIDIA-B200", "10", "0", "580.95.05"),
+    ("NVIDIA-B300-SXM6-AC", "10", "3", "580.126.20"),
+    ("NVIDIA-GH200-480GB", "9", "0", "580.95.05"),  # arm64: no NGC image until confirmed
 ]
+ARM64 = {"NVIDIA-GH200-480GB"}
 CONFIG = OperatorConfig()
 
 
-def fleet() -> list[dict[str, Any]]:
+def fleet(blocks: int = 4) -> list[dict[str, Any]]:
     nodes = []
-    for b in range(4):
+    for b in range(blocks):
         for r in range(16):
             product, cmaj, cmin, driver = KINDS[(b * 16 + r) % len(KINDS)]
             shared = (b * 16 + r) % 6 == 5
@@ -68,6 +73,7 @@ def fleet() -> list[dict[str, Any]]:
                     "nvidia.com/gpu.compute.minor": cmin,
                     "nvidia.com/cuda.driver-version.full": driver,
                     "nvidia.com/cuda.driver-version.major": driver.split(".")[0],
+                    "kubernetes.io/arch": "arm64" if product in ARM64 else "amd64",
                 }
                 if shared:
                     labels["nvidia.com/gpu.replicas"] = "4"
@@ -146,7 +152,9 @@ def baseline(body: dict[str, Any], snapshot: Snapshot) -> tuple[str, tuple[str, 
     for tier in range(len(MODES)):
         for image in images:
             verdicts = {
-                n.name: check_node(CONFIG.catalog, n.gpu, image.cuda, image.release).rank
+                n.name: check_node(
+                    CONFIG.catalog, n.gpu, image.cuda, image.release, archs=image.archs
+                ).rank
                 for n in snapshot.nodes
             }
 
@@ -210,7 +218,10 @@ def measure(policy: Policy, snapshot: Snapshot, reps: int = 3) -> dict[str, Any]
 
 
 def main() -> int:
-    nodes = fleet()
+    blocks = 4
+    if "--nodes" in sys.argv:
+        blocks = max(1, int(sys.argv[sys.argv.index("--nodes") + 1]) // 256)
+    nodes = fleet(blocks)
     snapshot = build_snapshot(nodes, busy(nodes), levels=CONFIG.topology_levels)
     report: dict[str, Any] = {"nodes": len(nodes), "jobs": len(jobs()), "policies": {}}
     for name, policy in (("trainop", trainop), ("per-node baseline", baseline)):
