@@ -7,8 +7,10 @@ network.fabric, gpuSharing, ncclEnv, priorityClassName) and user pod templates w
 usual constraints (nodeSelector, tolerations, affinity, env, volumes and mounts, ports,
 sidecars, init containers, scheduling gates, host networking). Each job is rendered as
 `trainop render` renders it (cli.render.render_job, the operator's own planner) on three
-fleets: examples/fleet-nodes.yaml, the real-node tier's fleet (tests/real/fleet-real.yaml)
-and a small one with MIG and time-sliced nodes, with and without DRA claim templates.
+fleets: examples/fleet-nodes.yaml, the real-node tier's fleet (tests/real/fleet-real.yaml),
+a small one with MIG and time-sliced nodes, and examples/fleet-grace.yaml (a GB200 NVL72
+rack and GH200 nodes, arm64, beside amd64 B200: issue 36), with and without DRA claim
+templates, and with the catalog's arm64 windows confirmed.
 Every object a placed job produces (Service, ConfigMap, ResourceClaimTemplates, Pods, and
 the SSH Secret the operator makes for MPI) goes to the real API server with server-side
 dry-run and strict field validation
@@ -103,6 +105,10 @@ FLEETS = {
     ),
     "tests/real/fleet-real.yaml": _real_fleet(),
     "sharing": _sharing_fleet(),
+    # issue 36: a GB200 NVL72 rack (arm64, one clique), GH200 (arm64) and B200 (amd64)
+    "examples/fleet-grace.yaml": node_manifests(
+        load_fleet(repo_root() / "examples" / "fleet-grace.yaml")
+    ),
 }
 # FabricProfiles with every field that reaches a pod: Multus annotation, RDMA resource,
 # /dev/shm size, NCCL env.
@@ -130,6 +136,15 @@ FABRIC_PROFILES = (
 )
 CONFIGS = {
     "default": OperatorConfig(),
+    # the PyTorch/MPI images' arm64 window confirmed: jobs land on arm64 nodes, and pods
+    # without GPUs on a mixed fleet get the gang's kubernetes.io/arch (issue 36)
+    "arm64": OperatorConfig(
+        catalog=load_catalog(
+            overrides={
+                "images": {"pytorch": {"unconfirmed": []}, "mpi": {"unconfirmed": ["horovod"]}}
+            }
+        )
+    ),
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
     "kueue": OperatorConfig(external_queue="kueue"),  # pods as under Kueue (docs/kueue.md)
     "fabrics": OperatorConfig(fabric_profiles=FABRIC_PROFILES),
