@@ -4,6 +4,7 @@
     queue("nlp").quota("h100", 16, H100).cohort("pool").state()
     workload("nlp/x", "nlp", 16).prio(10).running_on("h0", "h1").build()
     fabric_profile("roce").fabric("RoCE").selector(**{GFD_PRODUCT: H100}).model()
+    runtime("pytorch").framework("pytorch", "2.4").role("Worker", gpus=8).env(X="1").build()
     node("n1").product(H100).rack("r1").build();  grid(blocks=1, racks=2, nodes=4)
     pod("bert-worker-0").on("a100-01").failed(137).build();  gpu_pod("p").gpus(8).bound("n1")
 
@@ -173,6 +174,17 @@ class JobBuilder:
 
     def queue(self, name: str) -> JobBuilder:
         return self.set("queue", name)
+
+    def runtime_ref(self, name: str, kind: str = "ClusterTrainingRuntime") -> JobBuilder:
+        """spec.runtimeRef {kind, name}."""
+        return self.set("runtimeRef", {"kind": kind, "name": name})
+
+    def unset(self, *keys: str) -> JobBuilder:
+        """Remove spec fields (e.g. unset("framework") for a job that takes it from its
+        runtime)."""
+        for key in keys:
+            self.spec.pop(key, None)
+        return self
 
     def priority(self, priority_class: str) -> JobBuilder:
         return self.set("priorityClassName", priority_class)
@@ -459,6 +471,96 @@ class FabricProfileBuilder:
 
 def fabric_profile(name: str) -> FabricProfileBuilder:
     return FabricProfileBuilder(name)
+
+
+# --- ClusterTrainingRuntime / TrainingRuntime ---
+
+
+class RuntimeBuilder:
+    """A ClusterTrainingRuntime (or, with `namespace`, a TrainingRuntime); spec fields are
+    set with the API's camelCase names, like JobBuilder's."""
+
+    def __init__(self, name: str, namespace: str | None = None) -> None:
+        meta: dict[str, Any] = {"name": name, "generation": 1}
+        if namespace is not None:
+            meta["namespace"] = namespace
+        self._obj: dict[str, Any] = {
+            "apiVersion": c.API_VERSION,
+            "kind": "TrainingRuntime" if namespace is not None else "ClusterTrainingRuntime",
+            "metadata": meta,
+            "spec": {},
+        }
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self._obj["spec"]
+        return spec
+
+    def framework(self, name: str, version: str | None = None) -> RuntimeBuilder:
+        return self.set("framework", {"name": name, **({"version": version} if version else {})})
+
+    def role(
+        self,
+        role: str = "Worker",
+        replicas: int | None = None,
+        gpus: int | None = None,
+        template: Mapping[str, Any] | None = None,
+    ) -> RuntimeBuilder:
+        rs = self.spec.setdefault("replicaSpecs", {}).setdefault(role, {})
+        if replicas is not None:
+            rs["replicas"] = replicas
+        if gpus is not None:
+            rs["gpus"] = gpus
+        if template is not None:
+            rs["template"] = copy.deepcopy(dict(template))
+        return self
+
+    def pod(self, role: str = "Worker", **pod_spec: Any) -> RuntimeBuilder:
+        """Merge these fields into the role's template spec (a `trainer` container added)."""
+        rs = self.spec.setdefault("replicaSpecs", {}).setdefault(role, {})
+        spec = rs.setdefault("template", {}).setdefault(
+            "spec", {"containers": [{"name": "trainer"}]}
+        )
+        spec.update(copy.deepcopy(pod_spec))
+        return self
+
+    def trainer(self, role: str = "Worker", **container: Any) -> RuntimeBuilder:
+        """Merge these fields into the role's `trainer` container."""
+        self.pod(role)
+        spec = self.spec["replicaSpecs"][role]["template"]["spec"]
+        spec["containers"][0].update(copy.deepcopy(container))
+        return self
+
+    def env(self, role: str = "Worker", **env: str) -> RuntimeBuilder:
+        """Env vars on the role's trainer container."""
+        self.pod(role)
+        main = self.spec["replicaSpecs"][role]["template"]["spec"]["containers"][0]
+        main.setdefault("env", []).extend({"name": k, "value": v} for k, v in env.items())
+        return self
+
+    def lock(self, *fields: str) -> RuntimeBuilder:
+        return self.set("lockedFields", list(fields))
+
+    def generation(self, generation: int) -> RuntimeBuilder:
+        self._obj["metadata"]["generation"] = generation
+        return self
+
+    def set(self, key: str, value: Any) -> RuntimeBuilder:
+        self.spec[key] = copy.deepcopy(value)
+        return self
+
+    def build(self) -> dict[str, Any]:
+        return copy.deepcopy(self._obj)
+
+    def manifest(self) -> dict[str, Any]:
+        """The body as a platform team applies it: no generation."""
+        body = self.build()
+        body["metadata"].pop("generation", None)
+        return body
+
+
+def runtime(name: str = "pytorch", namespace: str | None = None) -> RuntimeBuilder:
+    return RuntimeBuilder(name, namespace)
 
 
 # --- Node ---

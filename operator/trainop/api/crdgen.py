@@ -123,6 +123,23 @@ class CrdSpec:
     # Schemas a model field only names (a dict of Kubernetes' own type) put in its place:
     # the path of property names under spec ("*" for a map's values), and the schema.
     embedded: tuple[tuple[tuple[str, ...], Callable[[], dict[str, Any]]], ...] = ()
+    # Spec fields the model requires (the planner reads a resolved spec) that the API
+    # server must not: a TrainingJob with spec.runtimeRef may take them from its runtime.
+    optional_fields: tuple[str, ...] = ()
+    # False: no `default` under spec. A runtime's defaults apply only to fields the job left
+    # unset, and an API server that filled the model's defaults in would set them all; the
+    # pydantic model applies the same defaults when the operator parses the merged spec.
+    spec_defaults: bool = True
+
+
+def _strip_defaults(node: Any) -> None:
+    if isinstance(node, dict):
+        node.pop("default", None)
+        for value in node.values():
+            _strip_defaults(value)
+    elif isinstance(node, list):
+        for value in node:
+            _strip_defaults(value)
 
 
 def _embed(spec_schema: dict[str, Any], path: tuple[str, ...], schema: dict[str, Any]) -> None:
@@ -140,6 +157,14 @@ def _embed(spec_schema: dict[str, Any], path: tuple[str, ...], schema: dict[str,
 
 def build_crd(spec: CrdSpec) -> dict[str, Any]:
     spec_schema = model_schema(spec.spec_model)
+    if not spec.spec_defaults:
+        _strip_defaults(spec_schema)
+    if spec.optional_fields:
+        required = [f for f in spec_schema.get("required", []) if f not in spec.optional_fields]
+        if required:
+            spec_schema["required"] = required
+        else:
+            spec_schema.pop("required", None)
     for path, schema in spec.embedded:
         _embed(spec_schema, path, schema())
     spec_schema["description"] = (
@@ -236,6 +261,51 @@ def _trainingqueue_crd(age: dict[str, Any]) -> CrdSpec:
     )
 
 
+def _runtime_crds(age: dict[str, Any]) -> tuple[CrdSpec, CrdSpec]:
+    from trainop.api.trainingruntime import RUNTIME_SPEC_VALIDATIONS, TrainingRuntimeSpec
+
+    columns = (
+        {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
+        {"name": "Version", "type": "string", "jsonPath": ".spec.framework.version"},
+        {"name": "CUDA", "type": "string", "jsonPath": ".spec.cuda"},
+        {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1},
+        age,
+    )
+    common: dict[str, Any] = {
+        "spec_model": TrainingRuntimeSpec,
+        "status_model": None,
+        "spec_validations": tuple(RUNTIME_SPEC_VALIDATIONS),
+        "embedded": ((("replicaSpecs", "*", "template"), pod_template_schema),),
+        "printer_columns": columns,
+        "spec_defaults": False,
+    }
+    what = (
+        "framework, CUDA, image, a pod template per role and defaults for placement, "
+        "network, run policy, progress, checkpoint and elastic settings, which a TrainingJob "
+        "names in spec.runtimeRef (docs/runtimes.md)."
+    )
+    return (
+        CrdSpec(
+            kind="ClusterTrainingRuntime",
+            plural="clustertrainingruntimes",
+            singular="clustertrainingruntime",
+            scope="Cluster",
+            short_names=("ctr",),
+            description="A cluster-wide training runtime: " + what,
+            **common,
+        ),
+        CrdSpec(
+            kind="TrainingRuntime",
+            plural="trainingruntimes",
+            singular="trainingruntime",
+            scope="Namespaced",
+            short_names=("tr",),
+            description="A training runtime for the jobs of its namespace: " + what,
+            **common,
+        ),
+    )
+
+
 def all_crd_specs() -> list[CrdSpec]:
     # Imported here so `crdgen` stays importable while a model module is being edited.
     from trainop.api.fabricprofile import FabricProfileSpec
@@ -263,8 +333,16 @@ def all_crd_specs() -> list[CrdSpec]:
             # The real PodTemplateSpec (trainop.api.podtemplate), as Kubeflow's CRDs embed it:
             # the API server refuses unknown fields and `kubectl explain` documents them.
             embedded=((("replicaSpecs", "*", "template"), pod_template_schema),),
+            optional_fields=("framework", "replicaSpecs"),
+            spec_defaults=False,
             printer_columns=(
                 {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
+                {
+                    "name": "Runtime",
+                    "type": "string",
+                    "jsonPath": ".spec.runtimeRef.name",
+                    "priority": 1,
+                },
                 {"name": "GPUs", "type": "integer", "jsonPath": ".status.gpus"},
                 {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -273,6 +351,7 @@ def all_crd_specs() -> list[CrdSpec]:
             ),
         ),
         _trainingqueue_crd(age),
+        *_runtime_crds(age),
         CrdSpec(
             kind="FabricProfile",
             plural="fabricprofiles",

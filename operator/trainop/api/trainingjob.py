@@ -181,8 +181,45 @@ class Elastic(ApiModel):
 ELASTIC_FRAMEWORKS: tuple[str, ...] = ("pytorch",)
 
 
+class RuntimeRef(ApiModel):
+    """Which runtime a TrainingJob starts from."""
+
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = Field(
+        default="ClusterTrainingRuntime",
+        description="ClusterTrainingRuntime (cluster-scoped, the default) or TrainingRuntime "
+        "(in the job's namespace).",
+    )
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="The runtime's metadata.name.",
+    )
+
+
+class RuntimeStatus(ApiModel):
+    """The runtime a job's spec was merged with, as status records it."""
+
+    kind: str = Field(description="ClusterTrainingRuntime or TrainingRuntime.")
+    name: str = Field(description="The runtime's name.")
+    generation: int | None = Field(
+        default=None,
+        description="The runtime's metadata.generation the job's current gang was planned "
+        "with; a runtime edited later changes only the job's next gang.",
+    )
+
+
 class TrainingJobSpec(ApiModel):
-    framework: Framework = Field(description="Framework and optional version.")
+    framework: Framework = Field(
+        description="Framework and optional version. Required unless spec.runtimeRef names "
+        "a runtime that sets it."
+    )
+    runtime_ref: RuntimeRef | None = Field(
+        default=None,
+        description="The ClusterTrainingRuntime or TrainingRuntime this job starts from: "
+        "its framework, image, pod templates and defaults, with this job's own fields "
+        "winning (docs/runtimes.md). Empty: the job states everything itself.",
+    )
     cuda: str | None = Field(
         default=None,
         pattern=r"^\d+\.\d+$",
@@ -209,31 +246,35 @@ class TrainingJobSpec(ApiModel):
     )
     replica_specs: dict[str, ReplicaSpec] = Field(
         description="Role -> replica spec. Worker always; Chief/PS/Evaluator for TensorFlow; "
-        "Launcher for MPI; Server/Scheduler for MXNet.",
+        "Launcher for MPI; Server/Scheduler for MXNet. Optional with spec.runtimeRef: the "
+        "runtime's roles are merged in.",
         min_length=1,
         max_length=len(ROLES),
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("'Worker' in self", "a Worker role is required: add spec.replicaSpecs.Worker"),
                 _cel(
                     "self.all(k, k in ['Worker', 'Chief', 'PS', 'Evaluator', 'Launcher', "
                     "'Server', 'Scheduler'])",
                     "roles must be Worker, Chief, PS, Evaluator, Launcher, Server or Scheduler",
                 ),
                 _cel(
-                    "!('Chief' in self) || self['Chief'].replicas <= 1",
+                    "!('Chief' in self) || !has(self['Chief'].replicas) || "
+                    "self['Chief'].replicas <= 1",
                     "at most one Chief: set spec.replicaSpecs.Chief.replicas to 1",
                 ),
                 _cel(
-                    "!('Evaluator' in self) || self['Evaluator'].replicas <= 1",
+                    "!('Evaluator' in self) || !has(self['Evaluator'].replicas) || "
+                    "self['Evaluator'].replicas <= 1",
                     "at most one Evaluator: set spec.replicaSpecs.Evaluator.replicas to 1",
                 ),
                 _cel(
-                    "!('Launcher' in self) || self['Launcher'].replicas == 1",
+                    "!('Launcher' in self) || !has(self['Launcher'].replicas) || "
+                    "self['Launcher'].replicas == 1",
                     "exactly one Launcher: set spec.replicaSpecs.Launcher.replicas to 1",
                 ),
                 _cel(
-                    "!('Scheduler' in self) || self['Scheduler'].replicas == 1",
+                    "!('Scheduler' in self) || !has(self['Scheduler'].replicas) || "
+                    "self['Scheduler'].replicas == 1",
                     "exactly one Scheduler: set spec.replicaSpecs.Scheduler.replicas to 1",
                 ),
             ]
@@ -341,43 +382,67 @@ def elastic_problem(spec: TrainingJobSpec) -> tuple[str, str] | None:
     return None
 
 
+# Cross-field rules of the job as written. With spec.runtimeRef the job may leave
+# framework and replicaSpecs to its runtime, so each rule reads only what the job states
+# (has() guards); trainop.runtimes checks the merged spec with the same rules
+# (planner.check_semantics) before anything is created.
+_BOTH = "!has(self.framework) || !has(self.replicaSpecs) || "
 TRAININGJOB_SPEC_VALIDATIONS = [
     _cel(
-        "self.framework.name != 'mpi' || 'Launcher' in self.replicaSpecs",
+        "has(self.framework) || has(self.runtimeRef)",
+        "spec.framework is required: set it, or name a runtime that sets it in spec.runtimeRef",
+        ".framework",
+    ),
+    _cel(
+        "has(self.replicaSpecs) || has(self.runtimeRef)",
+        "spec.replicaSpecs is required: add spec.replicaSpecs.Worker, or name a runtime in "
+        "spec.runtimeRef",
+        ".replicaSpecs",
+    ),
+    _cel(
+        "!has(self.replicaSpecs) || has(self.runtimeRef) || 'Worker' in self.replicaSpecs",
+        "a Worker role is required: add spec.replicaSpecs.Worker",
+        ".replicaSpecs",
+    ),
+    _cel(
+        _BOTH + "self.framework.name != 'mpi' || 'Launcher' in self.replicaSpecs || "
+        "has(self.runtimeRef)",
         "an mpi job needs spec.replicaSpecs.Launcher (replicas: 1)",
         ".replicaSpecs",
     ),
     _cel(
-        "self.framework.name == 'mpi' || !('Launcher' in self.replicaSpecs)",
+        _BOTH + "self.framework.name == 'mpi' || !('Launcher' in self.replicaSpecs)",
         "Launcher is a role of mpi jobs only: remove spec.replicaSpecs.Launcher or use "
         "framework mpi",
         ".replicaSpecs",
     ),
     _cel(
-        "self.framework.name == 'tensorflow' || !('Chief' in self.replicaSpecs || "
+        _BOTH + "self.framework.name == 'tensorflow' || !('Chief' in self.replicaSpecs || "
         "'PS' in self.replicaSpecs || 'Evaluator' in self.replicaSpecs)",
         "Chief, PS and Evaluator are roles of tensorflow jobs only",
         ".replicaSpecs",
     ),
     _cel(
-        "self.framework.name == 'mxnet' || !('Server' in self.replicaSpecs || "
+        _BOTH + "self.framework.name == 'mxnet' || !('Server' in self.replicaSpecs || "
         "'Scheduler' in self.replicaSpecs)",
         "Server and Scheduler are roles of mxnet jobs only",
         ".replicaSpecs",
     ),
     _cel(
-        "self.framework.name != 'mxnet' || ('Scheduler' in self.replicaSpecs && "
-        "'Server' in self.replicaSpecs)",
+        _BOTH + "self.framework.name != 'mxnet' || has(self.runtimeRef) || "
+        "('Scheduler' in self.replicaSpecs && 'Server' in self.replicaSpecs)",
         "an mxnet job needs spec.replicaSpecs.Scheduler and spec.replicaSpecs.Server",
         ".replicaSpecs",
     ),
     _cel(
-        "!has(self.elastic) || self.framework.name in ['pytorch']",
+        "!has(self.elastic) || !has(self.framework) || self.framework.name in ['pytorch']",
         "spec.elastic is for framework pytorch only (torchrun's elastic agent): remove it",
         ".elastic",
     ),
     _cel(
-        "!has(self.elastic) || self.replicaSpecs['Worker'].replicas == self.elastic.maxReplicas",
+        "!has(self.elastic) || !has(self.replicaSpecs) || !('Worker' in self.replicaSpecs) || "
+        "!has(self.replicaSpecs['Worker'].replicas) || "
+        "self.replicaSpecs['Worker'].replicas == self.elastic.maxReplicas",
         "spec.replicaSpecs.Worker.replicas must equal spec.elastic.maxReplicas",
         ".elastic",
     ),
@@ -394,8 +459,10 @@ TRAININGJOB_ROOT_VALIDATIONS = [
         "with a letter, no dots): it names the job's headless Service",
     ),
     _cel(
-        "self.spec.replicaSpecs.all(r, self.metadata.name.size() + r.size() + "
-        "string(self.spec.replicaSpecs[r].replicas - 1).size() + 2 <= 63)",
+        "!has(self.spec.replicaSpecs) || self.spec.replicaSpecs.all(r, "
+        "self.metadata.name.size() + r.size() + "
+        "string((has(self.spec.replicaSpecs[r].replicas) ? "
+        "self.spec.replicaSpecs[r].replicas : 1) - 1).size() + 2 <= 63)",
         "metadata.name is too long: pod names <name>-<role>-<index> are hostnames of at most "
         "63 characters; shorten metadata.name",
     ),
@@ -532,4 +599,9 @@ class TrainingJobStatus(ApiModel):
     )
     elastic: ElasticStatus | None = Field(
         default=None, description="An elastic job's current and target size (spec.elastic)."
+    )
+    runtime: RuntimeStatus | None = Field(
+        default=None,
+        description="The runtime (spec.runtimeRef) and its generation the job's spec was "
+        "merged with.",
     )
