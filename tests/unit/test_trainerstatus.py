@@ -456,3 +456,23 @@ def test_the_write_nulls_only_the_report_keys_a_body_dropped() -> None:
     dropped = {k: v for k, v in written.items() if k != "replacedAt"}
     asyncio.run(service._write("ns/hf", written, dropped))
     assert "replacedAt" not in api.bodies[2]["progress"]  # absent from the patch: kept
+
+
+# --- through the reconcile: the operator config's switch ------------------------------------------
+@pytest.mark.parametrize(("name", "on"), [("on", True), ("off", False)], ids=["on", "off"])
+def test_the_reconcile_wires_the_gang_as_the_config_says(name: str, on: bool) -> None:
+    import dataclasses
+
+    from tests.builders import NOW, fleet_snapshot, job
+    from trainop.planner import OperatorConfig
+    from trainop.reconcile import ADMIT_ALL, reconcile
+
+    config = dataclasses.replace(OperatorConfig(), progress_url=URL, kubeflow_trainer_status=on)
+    acts = reconcile(job().build(), [], fleet_snapshot, config, NOW, ADMIT_ALL)
+    pods = [o for o in acts.create if o["kind"] == "Pod"]
+    assert pods
+    for p in pods:
+        env = _env(p)
+        assert env["TRAINOP_PROGRESS_URL"] == URL
+        want = progress.trainer_status_url(URL) if on else None
+        assert env.get("KUBEFLOW_TRAINER_SERVER_URL") == want
