@@ -655,7 +655,7 @@ def free_fleet(snapshot: Snapshot) -> Snapshot:
     """The fleet with every GPU free (memoised: depends on the nodes only)."""
     return snapshot.memo(
         ("static", "empty"),
-        lambda: snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes}),
+        lambda: snapshot.with_released({n.name: n.gpus_used for n in snapshot.nodes}).standalone(),
     )
 
 

@@ -1521,8 +1521,9 @@ def test_a_restart_is_counted_once_when_the_pod_index_lags() -> None:
     assert again.events == []
 
 
-def test_release_keeps_other_controllers_gates(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainop.handlers import operator as shell
+def test_release_keeps_other_controllers_gates() -> None:
+    from trainop.handlers import operator as handlers
+    from trainop.handlers.shell import Shell
 
     calls: list[tuple[str, str, list[dict[str, Any]]]] = []
 
@@ -1538,7 +1539,7 @@ def test_release_keeps_other_controllers_gates(monkeypatch: pytest.MonkeyPatch) 
         def patch_job_status(self, *args: Any) -> None:
             return None
 
-    monkeypatch.setattr(shell.Runtime, "api", Api())
+    shell = Shell(api=Api())  # type: ignore[arg-type]
     gang = [
         pod(W0).gate("example.com/quota").gated(),
         pod(W1).gate("example.com/quota").gated(),
@@ -1547,7 +1548,7 @@ def test_release_keeps_other_controllers_gates(monkeypatch: pytest.MonkeyPatch) 
     acts = run(body, gang)
     assert acts.ungate == [W0, W1]
     acts.events = []
-    asyncio.run(shell._apply("team-a", "bert", body, acts))
+    asyncio.run(handlers._apply(shell, "team-a", "bert", body, acts))
     assert sorted(calls) == [  # released concurrently: the order is not fixed
         ("team-a", W0, [{"name": "example.com/quota"}]),
         ("team-a", W1, [{"name": "example.com/quota"}]),

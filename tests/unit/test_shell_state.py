@@ -676,41 +676,66 @@ def test_a_leader_that_comes_back_tells_every_verdict_again() -> None:
 
 
 # --- a deleted job leaves no trace (its memory is one record, pruned in one place) ---------
-def _holds(where: Any, needles: frozenset[Any]) -> bool:
-    """Whether one of `needles` is a key, member or value of `where` or of any builtin
-    container inside it, however deep (objects such as NodeInfo are not searched)."""
+def _traces(where: Any, needles: frozenset[Any], path: str, seen: set[int]) -> list[str]:
+    """The paths in `where` that hold one of `needles` as a key, member or value, walking
+    every container, however deep: builtin ones, dataclasses (the Shell, its ShellState,
+    each JobMemory, ...) and other objects' attributes; not the builtin modules' objects
+    (locks, tasks, timer handles), which hold no job."""
     try:
         if where in needles:
-            return True
+            return [path]
     except TypeError:  # unhashable: a container, looked into below
         pass
+    if id(where) in seen or isinstance(where, str | bytes | int | float | bool | type(None)):
+        return []
+    seen.add(id(where))
     if isinstance(where, dict):
-        return any(_holds(k, needles) or _holds(v, needles) for k, v in where.items())
+        return [
+            t
+            for k, v in where.items()
+            for t in _traces(k, needles, f"{path}[key]", seen)
+            + _traces(v, needles, f"{path}[{k!r}]", seen)
+        ]
     if isinstance(where, set | frozenset | list | tuple):
-        return any(_holds(v, needles) for v in where)
-    return False
+        return [t for v in where for t in _traces(v, needles, f"{path}[]", seen)]
+    if dataclasses.is_dataclass(where):
+        names = [f.name for f in dataclasses.fields(where)]
+    elif type(where).__module__.startswith("trainop."):
+        # the admission loop and its tail memo, the pod feed, the progress service
+        slots = [n for k in type(where).__mro__ for n in getattr(k, "__slots__", ())]
+        names = [*getattr(where, "__dict__", {}), *(n for n in slots if hasattr(where, n))]
+    else:
+        return []
+    return [t for n in names for t in _traces(getattr(where, n), needles, f"{path}.{n}", seen)]
 
 
-def _traces(state: ShellState, runtime: type, needles: frozenset[Any]) -> list[str]:
-    """Every field of the state and every class attribute of the Runtime that holds one."""
-    found = [f.name for f in dataclasses.fields(state) if _holds(getattr(state, f.name), needles)]
-    found += [n for n, v in vars(runtime).items() if not n.startswith("__") and _holds(v, needles)]
-    return found
+def _shell(state: ShellState, **parts: Any) -> Any:
+    from trainop.handlers.shell import Shell
+
+    return Shell(state=state, **parts)
 
 
 @pytest.mark.parametrize("reconciling", [False, True], ids=["idle", "a-reconcile-holds-its-lock"])
-def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainop.handlers import operator as shell
+def test_a_deleted_job_leaves_no_trace(reconciling: bool) -> None:
+    """Every container of the Shell is walked: the job's record (its Workload included),
+    the state's indexes, the admission loop, the Shell's own attributes."""
+    from trainop.handlers import kueue
+    from trainop.handlers import operator as handlers
 
     state = fleet_state()
-    monkeypatch.setattr(shell.Runtime, "state", state)
+    shell = _shell(state)
     for name in ("bert", "other"):
         state.upsert_job(new_job(name))
-    run_cycle(state)  # a verdict, an intake and an assumption for each
+    rec = Recorder()
+    shell.loop = AdmissionLoop(state, lambda: CONFIG, rec.reconcile, rec.evict, rec.publish)
+    asyncio.run(shell.loop.cycle())  # a verdict, an intake and an assumption for each
     key = "team-a/bert"
     plan = state.jobs[key].verdict.admission.plan  # type: ignore[union-attr]
     (first, (node, _)), (second, _) = sorted(plan.pinned().items())
-    needles = frozenset({key, ("team-a", first), ("team-a", second)})
+    needles = frozenset({key, ("team-a", first), ("team-a", second), "bert-wl"})
+
+    def traces() -> list[str]:
+        return _traces(shell, needles, "shell", set())
 
     async def go() -> None:
         state.upsert_pod(pod(first).on(node).gpus(8).build())  # the watch shows one pod
@@ -720,12 +745,16 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.Mo
         written["metadata"]["resourceVersion"] = "9"
         state.record_written(key, written)
         state.reject(key, 7)
-        state.jobs[key].failures = 3
-        shell._requeue(key, 30.0)
+        state.jobs[key].failed()
+        workload = {"metadata": {"name": "bert-wl", "namespace": "team-a"}}
+        workload["metadata"]["labels"] = {"trainop.dev/job-name": "bert"}
+        kueue.remember_workload(state, {"type": "ADDED"}, workload)
+        handlers._requeue(shell, key, 30.0)
         handle = state.jobs[key].requeue
-        lock = shell._lock(key)
+        lock = handlers._lock(shell, key)
         assert lock is not None and handle is not None
-        assert _traces(state, shell.Runtime, needles) != []
+        assert state.jobs[key].workload is not None
+        assert traces() != []
         if reconciling:
             async with lock:
                 state.remove_pod("team-a", first)
@@ -738,8 +767,28 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool, monkeypatch: pytest.Mo
         assert handle.cancelled()
 
     asyncio.run(go())
-    assert _traces(state, shell.Runtime, needles) == []
+    # The deletion woke the admission loop (ShellState.touch); its next cycle derives the
+    # snapshot and the waiting tails afresh, and with that nothing of the job is left.
+    asyncio.run(shell.loop.cycle())
+    assert traces() == []
     assert state.jobs["team-a/other"].verdict is not None  # the other job kept its own
+
+
+def test_a_workload_seen_before_its_job_waits_in_the_record_and_goes_with_it() -> None:
+    from trainop.handlers import kueue
+
+    state = fleet_state()
+    workload = {"metadata": {"name": "wl", "namespace": "team-a"}}
+    workload["metadata"]["labels"] = {"trainop.dev/job-name": "bert"}
+    kueue.remember_workload(state, {"type": "ADDED"}, workload)
+    assert kueue.workload_of(state, "team-a/bert") == workload  # no job yet: kept
+    state.upsert_job(new_job("bert"))
+    assert kueue.workload_of(state, "team-a/bert") == workload
+    kueue.remember_workload(state, {"type": "DELETED"}, workload)
+    assert kueue.workload_of(state, "team-a/bert") is None
+    kueue.remember_workload(state, {"type": "ADDED"}, workload)
+    state.remove_job("team-a", "bert")
+    assert "team-a/bert" not in state.jobs
 
 
 class StatusApi:
@@ -774,7 +823,7 @@ def test_an_eviction_waits_for_the_checkpoint_in_the_jobs_record(
     (progress, checkpoint event, wait) goes with it like the rest."""
     from datetime import UTC, datetime
 
-    from trainop.handlers import operator as shell
+    from trainop.handlers import operator as handlers
     from trainop.handlers.progress import ProgressService
     from trainop.progress import iso
     from trainop.queueing.model import Action
@@ -786,20 +835,18 @@ def test_an_eviction_waits_for_the_checkpoint_in_the_jobs_record(
         state.upsert_pod(pod(name).on(node).gpus(8).running().build())
     api = StatusApi(state)
     service = ProgressService(lambda: api, lambda: state, 1.0)
-    for attr, value in (("state", state), ("api", api), ("progress", service), ("tasks", set())):
-        monkeypatch.setattr(shell.Runtime, attr, value)
-    config = dataclasses.replace(shell.Runtime.config, progress_url="http://trainop:8443")
-    monkeypatch.setattr(shell.Runtime, "config", config)
+    config = dataclasses.replace(CONFIG, progress_url="http://trainop:8443")
+    shell = _shell(state, api=api, progress=service, config=config)
     key, now = "team-a/bert", datetime.now(UTC).replace(tzinfo=None)
     decision = JobDecision(key, "q", Action.PREEMPT, reason="Priority", message="for x")
 
     async def go() -> None:
-        await shell.evict(decision, now)
+        await handlers.evict(shell, decision, now)
         mem = state.jobs[key]
         assert mem.checkpoint_wait and ("delete", "bert-worker-0") not in api.calls
-        mem.progress = {"step": 5, "lastCheckpoint": {"time": iso(now), "step": 5, "path": "/c"}}
+        mem.reported({"step": 5, "lastCheckpoint": {"time": iso(now), "step": 5, "path": "/c"}})
         service.checkpointed(key).set()  # as a report with a newer checkpoint does
-        await asyncio.gather(*shell.Runtime.tasks)
+        await asyncio.gather(*shell.tasks)
         assert not mem.checkpoint_wait
         state.remove_job("team-a", "bert")
 

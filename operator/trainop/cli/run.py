@@ -161,44 +161,37 @@ def run(
     from trainop import metrics
     from trainop.handlers import heap
     from trainop.handlers import operator as handlers
+    from trainop.handlers.shell import Shell
     from trainop.kube.client import load_kube_config, set_rate_limit
 
     _configure_logging(verbose)
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     set_rate_limit(kube_api_qps, kube_api_burst)
-    handlers.Runtime.config = _operator_config(
-        config_path,
-        restart_backoff_seconds,
-        restart_backoff_max_seconds,
-        (progress_url, progress_interval),
+    shell = Shell.made(
+        _operator_config(
+            config_path,
+            restart_backoff_seconds,
+            restart_backoff_max_seconds,
+            (progress_url, progress_interval),
+        ),
+        namespaces=list(namespaces),
+        progress_port=progress_port,
     )
-    handlers.Runtime.progress_port = progress_port
     if leader_elect:
-        handlers.Runtime.elector = _elector(
+        shell.elector = _elector(
             lease_name,
             lease_namespace,
             lease_duration_seconds,
             renew_deadline_seconds,
             retry_period_seconds,
         )
-        handlers.Runtime.renew_seconds = retry_period_seconds
-    handlers.Runtime.namespaces = list(namespaces)
-    if handlers.Runtime.config.external_queue == "kueue":
-        from trainop.handlers import kueue  # watches Kueue's kinds: their CRDs must exist
-
-        rt = handlers.Runtime
-        kueue.register(
-            handlers.reconcile_job,
-            lambda: rt.state.jobs.keys(),
-            lambda: rt.state.leader,
-            lambda: rt.api,
-        )
+        shell.renew_seconds = retry_period_seconds
+    registry = kopf.OperatorRegistry()
+    handlers.register(shell, registry)  # Kueue's kinds too, in that mode
     # Only the replica that acts (leads, and has listed the cluster) exports the gauges
     # that describe the cluster, so sum(trainop_jobs) over all replicas counts each job once.
-    metrics.LEADERSHIP.probe = lambda: (
-        handlers.Runtime.state.synced and handlers.Runtime.state.leader
-    )
+    metrics.LEADERSHIP.probe = lambda: shell.state.synced and shell.state.leader
     start_http_server(metrics_port)
     asyncio.run(
         kopf.operator(
@@ -206,6 +199,7 @@ def run(
             namespaces=list(namespaces),
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
             standalone=True,
+            registry=registry,
         )
     )
 

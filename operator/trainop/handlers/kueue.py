@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from trainop.api import constants as c
 from trainop.api.trainingjob import TERMINAL_PHASES
 from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube import kueue as writes
@@ -30,91 +29,91 @@ from trainop.validation import checked_spec
 log = logging.getLogger("trainop.kueue")
 
 
-class Cache:
-    """What the watches hold: Workloads by their job, flavors' nodeLabels, priorities."""
-
-    workloads: dict[JobKey, dict[str, Any]] = {}
-    node_labels: dict[str, dict[str, str]] = {}
-    priorities: dict[str, int] = {}
-
-
 def _job_key(body: Mapping[str, Any]) -> JobKey | None:
     meta = body.get("metadata") or {}
     job = (meta.get("labels") or {}).get("trainop.dev/job-name")
     return job_key(str(meta.get("namespace")), str(job)) if job else None
 
 
-def _remember_workload(event: Mapping[str, Any], body: Mapping[str, Any]) -> JobKey | None:
-    """Cache a Workload trainop made under its job's key; the key (None: not trainop's)."""
+def remember_workload(
+    state: ShellState, event: Mapping[str, Any], body: Mapping[str, Any]
+) -> JobKey | None:
+    """Keep a Workload trainop made in its job's record; the key (None: not trainop's, or
+    the Workload of a job the state does not know and that is gone)."""
     key = _job_key(body)
     if key is None:
         return None
     if event.get("type") == "DELETED":
-        old = Cache.workloads.get(key)
-        if old is not None and old["metadata"]["name"] == body["metadata"]["name"]:
-            del Cache.workloads[key]
-    else:
-        Cache.workloads[key] = dict(body)
+        mem = state.jobs.get(key)
+        if mem is not None:
+            mem.lost_workload(body["metadata"]["name"])
+            state.drop_if_gone(key)
+    else:  # a Workload seen before its job's first event waits in the job's record
+        state.memory(key).saw_workload(dict(body))
     return key
 
 
-def _remember(plural: str, event: Mapping[str, Any], body: Mapping[str, Any]) -> None:
-    """Cache a ResourceFlavor's nodeLabels or a WorkloadPriorityClass's value."""
+def remember(
+    state: ShellState, plural: str, event: Mapping[str, Any], body: Mapping[str, Any]
+) -> None:
+    """Keep a ResourceFlavor's nodeLabels or a WorkloadPriorityClass's value."""
     name, deleted = str(body["metadata"]["name"]), event.get("type") == "DELETED"
     if plural == "workloadpriorityclasses":
         if deleted:
-            Cache.priorities.pop(name, None)
+            state.kueue_priorities.pop(name, None)
         else:
-            Cache.priorities[name] = int(body.get("value") or 0)
+            state.kueue_priorities[name] = int(body.get("value") or 0)
     elif deleted:
-        Cache.node_labels.pop(name, None)
+        state.kueue_flavors.pop(name, None)
     else:
-        Cache.node_labels[name] = dict((body.get("spec") or {}).get("nodeLabels") or {})
+        state.kueue_flavors[name] = dict((body.get("spec") or {}).get("nodeLabels") or {})
+
+
+def workload_of(state: ShellState, key: JobKey) -> dict[str, Any] | None:
+    mem = state.jobs.get(key)
+    return None if mem is None else mem.workload
 
 
 def register(
     reconcile: Callable[[JobKey], Awaitable[None]],
-    jobs: Callable[[], Collection[JobKey]],
-    leader: Callable[[], bool],
-    api: Callable[[], KubeApi | None],
+    state: ShellState,
+    registry: kopf.OperatorRegistry,
 ) -> None:
     """Watch Workloads (a change reconciles its job), ResourceFlavors and
     WorkloadPriorityClasses (a change reconciles the jobs Kueue has not admitted: one may
-    have waited for it) with kopf's default registry, before the operator starts; a
-    deleted TrainingJob's Workload is deleted at once (its ownerReference would have the
-    garbage collector do it later), so Kueue gets the quota back without delay."""
+    have waited for it) in the operator's registry, before it starts. (A deleted
+    TrainingJob's Workload is deleted by the job's own handler: `delete_workload`.)"""
 
-    @kopf.on.event(f"trainingjobs.{c.GROUP}", id="kueue_job_deleted")
-    async def on_job(
-        event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
-    ) -> None:
-        wl = Cache.workloads.get(job_key(namespace, name))
-        client = api()
-        if event.get("type") != "DELETED" or wl is None or client is None or not leader():
-            return
-        if rules.owned_by(wl, body["metadata"].get("uid")):
-            await asyncio.to_thread(
-                writes.delete_workload, client, namespace, wl["metadata"]["name"]
-            )
-
-    @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads")
+    @kopf.on.event(f"workloads.{rules.GROUP}", id="kueue_workloads", registry=registry)
     async def on_workload(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        key = _remember_workload(event, body)
-        if key is not None and key in jobs():
+        key = remember_workload(state, event, body)
+        mem = state.jobs.get(key) if key is not None else None
+        if key is not None and mem is not None and mem.body is not None:
             await reconcile(key)
 
     def on_flavor_or_priority(plural: str) -> Any:
         async def handler(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-            _remember(plural, event, body)
-            for key in list(jobs()):
-                if rules.verdict(Cache.workloads.get(key)).state in ("absent", "pending"):
+            remember(state, plural, event, body)
+            for key in [k for k, m in state.jobs.items() if m.body is not None]:
+                if rules.verdict(workload_of(state, key)).state in ("absent", "pending"):
                     await reconcile(key)
 
         return handler
 
     for plural in ("resourceflavors", "workloadpriorityclasses"):
-        kopf.on.event(f"{plural}.{rules.GROUP}", id=f"kueue_{plural}")(
+        kopf.on.event(f"{plural}.{rules.GROUP}", id=f"kueue_{plural}", registry=registry)(
             on_flavor_or_priority(plural)
+        )
+
+
+async def delete_workload(
+    api: KubeApi, namespace: str, workload: Mapping[str, Any] | None, uid: str | None
+) -> None:
+    """A deleted TrainingJob's Workload goes at once (its ownerReference would have the
+    garbage collector do it later), so Kueue gets the quota back without delay."""
+    if workload is not None and rules.owned_by(workload, uid):
+        await asyncio.to_thread(
+            writes.delete_workload, api, namespace, workload["metadata"]["name"]
         )
 
 
@@ -122,13 +121,15 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _priority(body: Mapping[str, Any], pod_priorities: Mapping[str, int]) -> int | None:
+def _priority(
+    body: Mapping[str, Any], pod_priorities: Mapping[str, int], wpcs: Mapping[str, int]
+) -> int | None:
     """The Workload's spec.priority: its WorkloadPriorityClass's value (Kueue's scheduler
     reads spec.priority; for its own jobs Kueue's reconciler resolves it the same way)."""
     labels = (body.get("metadata") or {}).get("labels") or {}
     wpc = labels.get(rules.PRIORITY_LABEL)
     if wpc:
-        return Cache.priorities.get(wpc)
+        return wpcs.get(wpc)
     pc = (body.get("spec") or {}).get("priorityClassName")
     return pod_priorities.get(pc) if pc else None
 
@@ -144,7 +145,7 @@ async def gate(
     """The job's verdict from its Workload, and the body to plan with (each role narrowed to
     its admitted flavors' nodes). None: handled here (an evicted gang torn down, a finished
     job's Workload released), nothing for the reconcile to do now."""
-    wl = Cache.workloads.get(key)
+    wl = workload_of(state, key)
     if wl is not None and not rules.owned_by(wl, (body.get("metadata") or {}).get("uid")):
         wl = None  # a predecessor's, garbage collected with it
     found = rules.verdict(wl)
@@ -165,21 +166,24 @@ async def gate(
             return None
         found = rules.waiting(wl)  # requeued: waits like any pending Workload
     if found.state == "absent":
-        return await _create(api, body, config, state.priorities, live)
-    return _carry_out(found, body, live)
+        return await _create(api, body, config, state, live)
+    return _carry_out(found, body, live, state.kueue_flavors)
 
 
 def _carry_out(
-    found: rules.KueueVerdict, body: Mapping[str, Any], live: Sequence[Mapping[str, Any]]
+    found: rules.KueueVerdict,
+    body: Mapping[str, Any],
+    live: Sequence[Mapping[str, Any]],
+    node_labels: Mapping[str, Mapping[str, str]],
 ) -> tuple[Admission, Mapping[str, Any]]:
     """Admitted: the body narrowed to the flavors' nodes; pending: Kueue's reason."""
     if found.state == "admitted":
         flavors = found.flavors or {}
-        missing = sorted({f for names in flavors.values() for f in names} - set(Cache.node_labels))
+        missing = sorted({f for names in flavors.values() for f in names} - set(node_labels))
         if missing:
             message = f"admitted by Kueue; ResourceFlavor(s) {', '.join(missing)} not seen yet"
             return Admission(False, rules.WAITING, message), body
-        return ADMIT_ALL, rules.flavored(body, flavors, Cache.node_labels)
+        return ADMIT_ALL, rules.flavored(body, flavors, node_labels)
     if live:  # finished Workload under a live gang (never expected): leave the gang be
         return ADMIT_ALL, body
     reason = INADMISSIBLE if found.reason == "Inadmissible" else rules.WAITING
@@ -217,7 +221,7 @@ async def _create(
     api: KubeApi,
     body: Mapping[str, Any],
     config: OperatorConfig,
-    pod_priorities: Mapping[str, int],
+    state: ShellState,
     live: Sequence[Mapping[str, Any]],
 ) -> tuple[Admission, Mapping[str, Any]]:
     """No Workload yet: create it. A gang already running (the mode was switched under
@@ -228,10 +232,10 @@ async def _create(
     except InvalidJob:
         return ADMIT_ALL, body  # the reconcile says what is wrong with it
     wpc = ((body.get("metadata") or {}).get("labels") or {}).get(rules.PRIORITY_LABEL)
-    if wpc and wpc not in Cache.priorities:  # its value is the Workload's priority
+    if wpc and wpc not in state.kueue_priorities:  # its value is the Workload's priority
         message = f"no WorkloadPriorityClass {wpc} (label {rules.PRIORITY_LABEL}) yet"
         return Admission(False, rules.WAITING, message), body
-    wl = rules.build_workload(body, spec, _priority(body, pod_priorities))
+    wl = rules.build_workload(body, spec, _priority(body, state.priorities, state.kueue_priorities))
     await asyncio.to_thread(writes.create_workload, api, wl)
     if live:
         return ADMIT_ALL, body

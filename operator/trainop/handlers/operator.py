@@ -1,7 +1,10 @@
 """kopf handlers: feed the shell state from the watches, carry out decisions; a thin shell.
 
-Neighbours: `handlers.state.ShellState` holds everything this process knows (one object,
-`Runtime.state`); `handlers.scheduler.AdmissionLoop` is the only place that decides which
+Neighbours: `handlers.shell.Shell` is the one object of the process, which `trainop run`
+makes and hands to `register`: every handler here is a closure over it, or takes it as its
+first argument (no module or class attribute holds state). Its `state`
+(`handlers.state.ShellState`) holds everything this process knows;
+`handlers.scheduler.AdmissionLoop` is the only place that decides which
 pending gang is admitted; the pure `trainop.reconcile.reconcile` decides what one job needs
 next; `trainop.kube.client.KubeApi` carries it out.
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import dataclasses
+import functools
 import json
 import logging
 import time
@@ -35,13 +38,14 @@ from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue, podfeed
 from trainop.handlers.progress import ProgressService, serve
 from trainop.handlers.scheduler import AdmissionLoop
+from trainop.handlers.shell import Shell
 from trainop.handlers.state import JobKey, JobMemory, ShellState, job_key, split_key
 from trainop.inventory.pods import is_gated
 from trainop.kube.client import CONCURRENCY, KubeApi
 from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
-from trainop.planner import OperatorConfig, job_ref
+from trainop.planner import job_ref
 from trainop.queueing.cluster import PassResult, in_line
 from trainop.queueing.model import JobDecision
 from trainop.queueing.status import queue_statuses
@@ -62,49 +66,12 @@ QUEUES = "trainingqueues.trainop.dev"
 _RESYNC_PHASES = ("Admitted", "Running", "Restarting")
 
 
-class Runtime:
-    """Process-wide wiring, set up by `trainop run` and the startup handler."""
-
-    config: OperatorConfig = OperatorConfig()
-    api: KubeApi | None = None
-    state: ShellState = ShellState()
-    loop: AdmissionLoop | None = None
-    elector: Elector | None = None  # set by `trainop run --leader-elect`
-    renew_seconds: float = 2.0
-    resync_seconds: float = 60.0
-    namespaces: list[str] = []  # `trainop run --namespace`; empty: cluster-wide
-    stopping: bool = False
-    tasks: set[asyncio.Task[Any]] = set()
-    progress: ProgressService | None = None  # the report endpoint (`--progress-port`)
-    progress_port: int = 0
-    podfeed: podfeed.PodFeed | None = None  # the pod watch (handlers.podfeed)
-    carry_outs: asyncio.Semaphore | None = None  # admitted gangs being created (configure)
-
-
 # Admitted gangs carried out at once. A carry-out renders its gang's pod manifests (about
 # 16 KB of Python objects each) and holds them until their creates return; a cycle that
 # admits 250 gangs of 32 pods used to render all 8,000 before the first create returned,
 # the operator's peak memory. In turn, in the cycle's order (asyncio.Semaphore wakes its
 # waiters first come, first served), each gang is created whole and sooner.
 CARRY_OUTS = 32
-
-
-_derived: dict[str, Any] = {}
-
-
-def current_config() -> OperatorConfig:
-    """The configured operator settings plus the FabricProfile custom resources (the same
-    object until either changes, so its verdict memo survives from cycle to cycle)."""
-    crs = tuple(sorted(Runtime.state.fabrics.values(), key=lambda p: p.name))
-    if not crs:
-        return Runtime.config
-    if _derived.get("key") != (id(Runtime.config), crs):
-        _derived["key"] = (id(Runtime.config), crs)
-        _derived["config"] = dataclasses.replace(
-            Runtime.config, fabric_profiles=(*Runtime.config.fabric_profiles, *crs), memo={}
-        )
-    config: OperatorConfig = _derived["config"]
-    return config
 
 
 class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -123,8 +90,41 @@ class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
         return None
 
 
-@kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def register(shell: Shell, registry: kopf.OperatorRegistry) -> None:
+    """Register trainop's kopf handlers in `registry`, each a closure over `shell` (the one
+    object `trainop run` made): start-up and cleanup, the mirrors of the small kinds, nodes
+    and jobs, and, with `externalQueue: kueue`, Kueue's kinds (handlers.kueue)."""
+
+    @kopf.on.startup(registry=registry)
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        await configure(shell, settings)
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await release_lease(shell)
+
+    for resource, upsert, remove in _MIRRORED:
+        kopf.on.event(resource, id=f"mirror_{resource.split('.')[0]}", registry=registry)(
+            _mirror(shell, upsert, remove)
+        )
+
+    @kopf.on.event("nodes", id="on_node_event", registry=registry)
+    async def nodes(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+        await on_node_event(shell, event, body, name)
+
+    @kopf.on.event(JOBS, id="on_job_event", registry=registry)
+    async def jobs(
+        event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
+    ) -> None:
+        await on_job_event(shell, event, body, namespace, name)
+
+    if shell.config.external_queue == "kueue":  # Kueue's CRDs need not exist otherwise
+        kueue.register(functools.partial(reconcile_job, shell), shell.state, registry)
+
+
+async def configure(shell: Shell, settings: kopf.OperatorSettings) -> None:
+    """Start-up: kopf's settings, the API client, the admission loop, the resync, the
+    progress endpoint, the full listing of every watched kind, then the pod feed."""
     # trainop's own prefixes instead of kopf.zalando.org (see docs/operator.md). No handler
     # needs a finalizer; kopf removes this one from jobs that an older trainop gave it.
     settings.persistence.finalizer = c.FINALIZER
@@ -149,66 +149,66 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # slim copies (handlers.slim), so the workers may go after half a second.
     settings.queueing.idle_timeout = 0.5
     settings.process.ultimate_exiting_timeout = 8.0
-    Runtime.api = KubeApi()
+    shell.api = KubeApi()
     asyncio.get_running_loop().set_default_executor(
         concurrent.futures.ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="trainop-api")
     )
-    Runtime.state = ShellState(levels=Runtime.config.topology_levels)
-    Runtime.carry_outs = asyncio.Semaphore(CARRY_OUTS)
-    metrics.JOBS.source = Runtime.state.job_bodies
-    Runtime.state.leader = Runtime.elector is None
-    Runtime.stopping = False
-    Runtime.loop = AdmissionLoop(Runtime.state, current_config, reconcile_job, evict, publish)
-    _spawn(Runtime.loop.run())
-    _spawn(_resync_forever())
-    if Runtime.progress_port:
-        Runtime.progress = ProgressService(
-            lambda: Runtime.api, lambda: Runtime.state, Runtime.config.progress_interval
+    shell.carry_outs = asyncio.Semaphore(CARRY_OUTS)
+    metrics.JOBS.source = shell.state.job_bodies
+    shell.state.leader = shell.elector is None
+    shell.stopping = False
+    shell.loop = AdmissionLoop(
+        shell.state,
+        shell.current_config,
+        functools.partial(reconcile_job, shell),
+        functools.partial(evict, shell),
+        functools.partial(publish, shell),
+    )
+    shell.spawn(shell.loop.run())
+    shell.spawn(_resync_forever(shell))
+    if shell.progress_port:
+        shell.progress = ProgressService(
+            lambda: shell.api, lambda: shell.state, shell.config.progress_interval
         )
-        _spawn(serve(Runtime.progress, Runtime.progress_port))
-    versions = await _list_everything(Runtime.namespaces)  # before kopf starts its watches
-    if Runtime.podfeed is not None:
-        Runtime.podfeed.close()  # an earlier start's (tests start the handlers again)
-    Runtime.podfeed = podfeed.PodFeed(Runtime.api, asyncio.get_running_loop(), apply_pod_events)
-    Runtime.podfeed.start(versions)
-    if Runtime.elector is not None:
-        _spawn(_lead(Runtime.elector))
+        shell.spawn(serve(shell.progress, shell.progress_port))
+    versions = await _list_everything(shell, shell.namespaces)  # before kopf starts its watches
+    if shell.podfeed is not None:
+        shell.podfeed.close()  # an earlier start's (tests start the handlers again)
+    shell.podfeed = podfeed.PodFeed(
+        shell.api, asyncio.get_running_loop(), functools.partial(apply_pod_events, shell)
+    )
+    shell.podfeed.start(versions)
+    if shell.elector is not None:
+        shell.spawn(_lead(shell, shell.elector))
 
 
-async def _lead(elector: Elector) -> None:
+async def _lead(shell: Shell, elector: Elector) -> None:
     """Hold the Lease: renew every `renew_seconds`; a new leader reconciles every job once."""
-    while not Runtime.stopping:
+    while not shell.stopping:
         try:
             held = await asyncio.to_thread(elector.step)
         except Exception:  # never let a bad answer end the election: just not leader
             log.exception("leader election step failed")
             held = False
-        if Runtime.stopping:
+        if shell.stopping:
             return  # shutting down: the cleanup handler releases the Lease
-        if Runtime.state.set_leader(held):
+        if shell.state.set_leader(held):
             log.info("leader election: %s", "leading" if held else "standing by")
             if held:
-                for key in sorted(Runtime.state.jobs):
-                    _spawn(reconcile_job(key))
-        await asyncio.sleep(Runtime.renew_seconds)
+                for key in sorted(shell.state.jobs):
+                    shell.spawn(reconcile_job(shell, key))
+        await asyncio.sleep(shell.renew_seconds)
 
 
-@kopf.on.cleanup()
-async def release_lease(**_: Any) -> None:
+async def release_lease(shell: Shell) -> None:
     """On SIGTERM: give the Lease up at once so the standby takes over without waiting."""
-    Runtime.stopping = True
-    Runtime.state.leader = False
-    if Runtime.podfeed is not None:
-        Runtime.podfeed.close()
-    if Runtime.elector is not None:
-        await asyncio.to_thread(Runtime.elector.release)
+    shell.stopping = True
+    shell.state.leader = False
+    if shell.podfeed is not None:
+        shell.podfeed.close()
+    if shell.elector is not None:
+        await asyncio.to_thread(shell.elector.release)
         log.info("leader election: Lease released")
-
-
-def _spawn(coro: Any) -> None:
-    task = asyncio.ensure_future(coro)
-    Runtime.tasks.add(task)
-    task.add_done_callback(Runtime.tasks.discard)
 
 
 # --- watches -> state ---------------------------------------------------------------------
@@ -231,12 +231,12 @@ KINDS = (
 
 
 async def _listed(
-    kind: str, namespaces: list[str], versions: dict[str | None, str] | None = None
+    shell: Shell, kind: str, namespaces: list[str], versions: dict[str | None, str] | None = None
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """A full listing of `kind`, page by page (KubeApi.list_pages, each page fetched in a
     worker thread): only one page of whole bodies is alive at a time. Pods are listed per
     watch scope, and with `versions` each scope's resourceVersion is kept for the pod feed."""
-    api = Runtime.api
+    api = shell.api
     assert api is not None
     if kind == "pods" and versions is not None:
         for scope in podfeed.scopes(namespaces):
@@ -249,42 +249,44 @@ async def _listed(
         yield page
 
 
-async def _list_everything(namespaces: list[str]) -> dict[str | None, str]:
+async def _list_everything(shell: Shell, namespaces: list[str]) -> dict[str | None, str]:
     """Fill the state from a full listing of every watched kind, then let the loop decide.
     Returns the resourceVersion of each pod scope's listing, where the pod feed starts."""
     versions: dict[str | None, str] = {}
     for kind in KINDS:
         count = 0
-        async for page in _listed(kind, namespaces, versions):
-            Runtime.state.load(kind, page)
+        async for page in _listed(shell, kind, namespaces, versions):
+            shell.state.load(kind, page)
             count += len(page)
         log.info("start-up listing: %d %s", count, kind)
-    Runtime.state.mark_synced()
+    shell.state.mark_synced()
     return versions
 
 
-async def _prune(namespaces: list[str]) -> None:
+async def _prune(shell: Shell, namespaces: list[str]) -> None:
     """Drop nodes and jobs a fresh listing no longer holds (see ShellState.prune). Pods need
     no such listing: the pod feed's watch goes on from the start-up listing's version with
     no gap, and lists again itself after 410 Gone (handlers.podfeed)."""
     for kind in ("nodes", "trainingjobs"):
-        since = Runtime.state.clock()
+        since = shell.state.clock()
         names: list[dict[str, Any]] = []  # the listed objects' names, not their bodies
-        async for page in _listed(kind, namespaces):
+        async for page in _listed(shell, kind, namespaces):
             for body in page:
                 meta = body.get("metadata") or {}
                 names.append({"metadata": {k: meta.get(k) for k in ("name", "namespace")}})
-        gone = Runtime.state.prune(kind, names, since)
+        gone = shell.state.prune(kind, names, since)
         if gone:
             log.info("%d %s were gone without a watch event; forgotten", gone, kind)
 
 
-def _mirror(upsert: Callable[[ShellState, kopf.Body], Any], remove: Callable[..., None]) -> Any:
+def _mirror(
+    shell: Shell, upsert: Callable[[ShellState, kopf.Body], Any], remove: Callable[..., None]
+) -> Any:
     async def on_event(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
         if event.get("type") == "DELETED":
-            remove(Runtime.state, name)
+            remove(shell.state, name)
         else:
-            upsert(Runtime.state, body)
+            upsert(shell.state, body)
 
     return on_event
 
@@ -301,8 +303,8 @@ def _upsert_fabric(state: ShellState, body: kopf.Body) -> None:
     state.upsert_fabric(FabricProfile(name=name, spec=spec))
 
 
-# Cluster-scoped kinds that only feed the state.
-for _resource, _upsert, _remove in (
+# Cluster-scoped kinds that only feed the state: (resource, upsert, remove).
+_MIRRORED: tuple[tuple[str, Callable[[ShellState, kopf.Body], Any], Callable[..., None]], ...] = (
     (QUEUES, ShellState.upsert_queue, ShellState.remove_queue),
     ("namespaces", ShellState.upsert_namespace, ShellState.remove_namespace),
     (
@@ -311,28 +313,26 @@ for _resource, _upsert, _remove in (
         ShellState.remove_priority,
     ),
     ("fabricprofiles.trainop.dev", _upsert_fabric, ShellState.remove_fabric),
-):
-    kopf.on.event(_resource, id=f"mirror_{_resource.split('.')[0]}")(_mirror(_upsert, _remove))
+)
 
 
-@kopf.on.event("nodes")
-async def on_node_event(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
+async def on_node_event(shell: Shell, event: kopf.RawEvent, body: kopf.Body, name: str) -> None:
     """A node that changed may end the gangs on it (NotReady, GPUs lost): they are looked
     at now, not at the next resync."""
-    state = Runtime.state
+    state = shell.state
     if event.get("type") == "DELETED":
         jobs = state.jobs_on_node(name)
         state.remove_node(name)
     else:
         jobs = state.jobs_on_node(name) if state.upsert_node(body) else []
     for key in jobs if state.synced else ():
-        _spawn(reconcile_job(key))
+        shell.spawn(reconcile_job(shell, key))
 
 
-def apply_pod_events(items: list[podfeed.Item]) -> None:
+def apply_pod_events(shell: Shell, items: list[podfeed.Item]) -> None:
     """A batch of the pod feed (handlers.podfeed), on the event loop: the state first, then
     one reconcile per job whose pods changed (a burst's events coalesce per job)."""
-    state = Runtime.state
+    state = shell.state
     touched: set[JobKey] = set()
     for kind, obj, scope in items:
         if kind == podfeed.RELISTED:
@@ -350,56 +350,59 @@ def apply_pod_events(items: list[podfeed.Item]) -> None:
             touched.add(job_key(meta["namespace"], job))
     for key in touched:
         if key in state.jobs:
-            _spawn(reconcile_job(key))
+            shell.spawn(reconcile_job(shell, key))
 
 
-@kopf.on.event(JOBS)
 async def on_job_event(
-    event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str, **_: Any
+    shell: Shell, event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str
 ) -> None:
     if event.get("type") == "DELETED":
         key = job_key(namespace, name)
-        pods = Runtime.state.job_pods(key, body.get("metadata", {}).get("uid"))
+        uid = body.get("metadata", {}).get("uid")
+        pods = shell.state.job_pods(key, uid)
         names = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
-        Runtime.state.remove_job(namespace, name)  # its lock and requeue go with it
-        if Runtime.progress is not None:
-            Runtime.progress.forget(key)
-        if Runtime.state.leader and names:
-            _spawn(_delete_pods(namespace, names))
+        workload = kueue.workload_of(shell.state, key)
+        shell.state.remove_job(namespace, name)  # its lock, requeue and Workload go with it
+        if shell.progress is not None:
+            shell.progress.forget(key)
+        if shell.state.leader and names:
+            shell.spawn(_delete_pods(shell, namespace, names))
+        if shell.state.leader and shell.api is not None and workload is not None:
+            await kueue.delete_workload(shell.api, namespace, workload, uid)
         return
-    echo = Runtime.state.is_own_write(body)
-    Runtime.state.upsert_job(body)
+    echo = shell.state.is_own_write(body)
+    shell.state.upsert_job(body)
     if not echo:  # the echo of our own status write: its reconcile has seen all of it
-        await reconcile_job(job_key(namespace, name))
+        await reconcile_job(shell, job_key(namespace, name))
 
 
-async def _resync_forever() -> None:
+async def _resync_forever(shell: Shell) -> None:
     """Level-based safety net for jobs that hold pods (waiting jobs belong to the loop):
     every `resync_seconds`, each such job is reconciled once. trainop's own loop, not a
     kopf timer: a kopf timer makes kopf put a finalizer on every TrainingJob (two more
     writes per job, and deletions that hang while the operator is away)."""
-    next_prune = time.monotonic() + Runtime.resync_seconds
-    while not Runtime.stopping:
-        await asyncio.sleep(Runtime.resync_seconds)
+    next_prune = time.monotonic() + shell.resync_seconds
+    while not shell.stopping:
+        await asyncio.sleep(shell.resync_seconds)
         if time.monotonic() >= next_prune:  # a minute after start-up, then every 10 minutes
             next_prune = time.monotonic() + 600.0
             try:
-                await _prune(Runtime.namespaces)
+                await _prune(shell, shell.namespaces)
             except Exception as exc:  # the next round tries again
                 log.warning("listing to prune vanished objects failed: %s", exc)
-        state = Runtime.state
+        state = shell.state
         for key in sorted(state.jobs):
             body = state.job(key)
             if body is not None and (body.get("status") or {}).get("phase") in _RESYNC_PHASES:
-                _spawn(reconcile_job(key))
+                shell.spawn(reconcile_job(shell, key))
         heap.trim()  # what a burst's events and decisions freed goes back to the system
 
 
-async def _delete_pods(namespace: str, names: list[str]) -> None:
+async def _delete_pods(shell: Shell, namespace: str, names: list[str]) -> None:
     """A deleted job's pods go now (garbage collection would too, later) so GPUs free fast.
     By name, from the state: listing them read every whole pod of the job again, and the
     deletions of a quarter of a 2,000-node fleet's gangs held 2,000 pod objects at once."""
-    api = Runtime.api
+    api = shell.api
     assert api is not None
     try:
         for name in names:
@@ -409,29 +412,29 @@ async def _delete_pods(namespace: str, names: list[str]) -> None:
 
 
 # --- one job ------------------------------------------------------------------------------
-def _requeue(key: JobKey, delay: float) -> None:
+def _requeue(shell: Shell, key: JobKey, delay: float) -> None:
     """Run the reconcile again after `delay` unless something else runs it first."""
-    mem = Runtime.state.jobs.get(key)
+    mem = shell.state.jobs.get(key)
     if mem is None:
         return  # gone: nothing to look at again
-    if mem.requeue is not None:
-        mem.requeue.cancel()
     loop = asyncio.get_running_loop()
-    mem.requeue = loop.call_later(max(delay, 0.2), lambda: _spawn(reconcile_job(key)))
+    mem.requeue_in(loop.call_later(max(delay, 0.2), lambda: shell.spawn(reconcile_job(shell, key))))
 
 
-def _lock(key: JobKey) -> asyncio.Lock | None:
+def _lock(shell: Shell, key: JobKey) -> asyncio.Lock | None:
     """The job's lock, held by its reconcile and its evictions (None: the job is gone)."""
-    mem = Runtime.state.jobs.get(key)
+    mem = shell.state.jobs.get(key)
     return mem.job_lock() if mem is not None else None
 
 
-def _admission_for(key: JobKey, body: Mapping[str, Any], live: bool) -> Admission | None:
+def _admission_for(
+    shell: Shell, key: JobKey, body: Mapping[str, Any], live: bool
+) -> Admission | None:
     """The loop's verdict for a job without live pods. Not decided yet: the job's current
     wait as its status shows it, so nothing is written until the loop has spoken (None for
     a job that has no status yet: nothing to carry out before the first verdict)."""
-    config = Runtime.config
-    mem = Runtime.state.jobs.get(key)
+    config = shell.config
+    mem = shell.state.jobs.get(key)
     verdict = mem.verdict if mem is not None else None
     meta = body.get("metadata") or {}
     if live and verdict is not None and _resize(verdict.admission, verdict.uid, meta):
@@ -442,10 +445,10 @@ def _admission_for(key: JobKey, body: Mapping[str, Any], live: bool) -> Admissio
         if not verdict.admission.admitted or verdict.generation == meta.get("generation"):
             return verdict.admission
         if mem is not None:
-            mem.verdict = None  # made for an older spec: decide again
-        Runtime.state.forget(key)
+            mem.undecided()  # made for an older spec: decide again
+        shell.state.forget(key)
     status = body.get("status") or {}
-    if not status.get("phase") and in_line(body, Runtime.state.priorities, current_config()):
+    if not status.get("phase") and in_line(body, shell.state.priorities, shell.current_config()):
         return None
     return Admission(
         admitted=False,
@@ -460,24 +463,25 @@ def _resize(admission: Admission, uid: str | None, meta: Mapping[str, Any]) -> b
     return admission.admitted and admission.size is not None and uid == meta.get("uid")
 
 
-async def reconcile_job(key: JobKey) -> None:
-    mem = Runtime.state.jobs.get(key)
-    if mem is None or mem.queued:
+async def reconcile_job(shell: Shell, key: JobKey) -> None:
+    mem = shell.state.jobs.get(key)
+    # A gang's pod events in a burst coalesce into a few reconciles: none is queued while
+    # one waits for the lock (it will see this change too).
+    if mem is None or not mem.enqueue():
         return  # gone, or the reconcile already waiting will see this change too
-    mem.queued = True  # a gang's pod events in a burst coalesce into a few reconciles
     try:
-        await _reconcile_locked(key, mem)
+        await _reconcile_locked(shell, key, mem)
     finally:
-        Runtime.state.drop_if_gone(key)
+        shell.state.drop_if_gone(key)
 
 
-async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
+async def _reconcile_locked(shell: Shell, key: JobKey, mem: JobMemory) -> None:
     """The reconcile of one job under its lock, then its requeue."""
     acts: Actions | None = None
     admission: Admission | None = None
     async with mem.job_lock():
-        mem.queued = False
-        state = Runtime.state
+        mem.dequeue()
+        state = shell.state
         mem = state.jobs.get(key) or mem  # the job may be new under its name since
         body = mem.newest()
         if not state.leader:
@@ -488,30 +492,32 @@ async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
         if state.is_rejected(key, body):
             state.forget(key)
             return  # refused for good; tried again once the spec changes
-        mem.rejected = False
+        mem.accepted()
         started = time.monotonic()
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))
             live = any(not p["metadata"].get("deletionTimestamp") for p in pods)
             plan_body: Mapping[str, Any] = body
-            if Runtime.config.external_queue == "kueue":
-                assert Runtime.api is not None
-                gated = await kueue.gate(Runtime.api, key, body, pods, current_config(), state)
+            if shell.config.external_queue == "kueue":
+                assert shell.api is not None
+                gated = await kueue.gate(shell.api, key, body, pods, shell.current_config(), state)
                 if gated is None:
                     return  # Kueue's verdict carried out there (an evicted gang torn down)
                 admission, plan_body = gated  # roles narrowed to the admitted flavors' nodes
             else:
-                admission = _admission_for(key, body, live)
+                admission = _admission_for(shell, key, body, live)
             if admission is None:
                 return  # a new job: the admission loop reconciles it once it has decided
-            async with _carry_out_slot(admission, live):
-                acts = await _carry_out(key, body, plan_body, pods, admission)
-            mem.failures = 0
+            async with _carry_out_slot(shell, admission, live):
+                acts = await _carry_out(shell, key, body, plan_body, pods, admission)
+            mem.carried_out()
             if admission.admitted and (admission.plan is not None or admission.size is not None):
-                mem.verdict = None  # carried out: the next gang decides anew
+                mem.undecided()  # carried out: the next gang decides anew
         except Exception as exc:
             metrics.RECONCILE_ERRORS.labels(handler="trainingjob").inc()
-            await _report_failure(key, state.job(key) or body, exc)  # with any status written
+            await _report_failure(
+                shell, key, state.job(key) or body, exc
+            )  # with any status written
             acts = None
         finally:
             metrics.RECONCILE_DURATION.labels(handler="trainingjob").observe(
@@ -519,20 +525,21 @@ async def _reconcile_locked(key: JobKey, mem: JobMemory) -> None:
             )
     waiting = admission is not None and not admission.admitted
     if acts is not None and acts.requeue_after is not None and not waiting:
-        _requeue(key, acts.requeue_after)
+        _requeue(shell, key, acts.requeue_after)
 
 
 def _carry_out_slot(
-    admission: Admission, live: bool
+    shell: Shell, admission: Admission, live: bool
 ) -> contextlib.AbstractAsyncContextManager[Any]:
     """A slot among CARRY_OUTS for an admitted gang without live pods (it creates them);
     none for a gang that waits (a status write at most) or runs (its pods' news)."""
-    if admission.admitted and not live and Runtime.carry_outs is not None:
-        return Runtime.carry_outs
+    if admission.admitted and not live and shell.carry_outs is not None:
+        return shell.carry_outs
     return contextlib.nullcontext()
 
 
 async def _carry_out(
+    shell: Shell,
     key: JobKey,
     body: dict[str, Any],
     plan_body: Mapping[str, Any],
@@ -540,13 +547,13 @@ async def _carry_out(
     admission: Admission,
 ) -> Actions:
     """Plan the job's actions on the current snapshot and apply them."""
-    state = Runtime.state
+    state = shell.state
     now = datetime.now(UTC).replace(tzinfo=None)
     acts = reconcile(
         plan_body,
         pods,
         state.snapshot,
-        current_config(),
+        shell.current_config(),
         now,
         admission,
         state.priorities,
@@ -558,32 +565,33 @@ async def _carry_out(
         # Its GPUs go back and the loop decides again at once, instead of when the
         # assumption expires.
         state.forget(key)
-    await _apply(*split_key(key), body, acts)
+    await _apply(shell, *split_key(key), body, acts)
     return acts
 
 
-async def _report_failure(key: JobKey, body: Mapping[str, Any], exc: Exception) -> None:
+async def _report_failure(
+    shell: Shell, key: JobKey, body: Mapping[str, Any], exc: Exception
+) -> None:
     """A decision could not be carried out: free what was assumed, then either retry with
     capped backoff (transient) or, for good (permanent), delete what was half-created and
     tell the user on the job's status and in a Warning Event."""
-    state = Runtime.state
+    state = shell.state
     # Before forget(), which drops the pods created that the watch has not shown yet: a
     # half-created gang (say, quota for 1 of its 4 pods) must go too, or it holds its GPUs.
     made = state.job_pods(key, body["metadata"].get("uid"))
     mem = state.jobs.get(key) or JobMemory()  # gone meanwhile: counted in a record kept by none
     state.forget(key)
-    mem.verdict = None
+    mem.undecided()
     failure = classify(exc)
     log.warning("reconcile of %s failed (%s): %s", key, failure.kind, failure.message)
     if not failure.permanent:
-        mem.failures += 1
-        attempt = mem.failures
+        attempt = mem.failed()
         if attempt in (1, 5) or attempt % 20 == 0:  # loud, but not an Event per retry
             with contextlib.suppress(Exception):
-                await _event(body, "Warning", "RetryingAfterError", failure.message)
-        _requeue(key, backoff(attempt))
+                await _event(shell, body, "Warning", "RetryingAfterError", failure.message)
+        _requeue(shell, key, backoff(attempt))
         return
-    api = Runtime.api
+    api = shell.api
     assert api is not None
     namespace = split_key(key)[0]
     with contextlib.suppress(Exception):
@@ -598,7 +606,7 @@ async def _report_failure(key: JobKey, body: Mapping[str, Any], exc: Exception) 
         if written is not None:
             state.record_written(key, written)
         for etype, reason, message in events:
-            await _event(body, etype, reason, message)
+            await _event(shell, body, etype, reason, message)
     state.reject(key, body["metadata"].get("generation"))
 
 
@@ -619,14 +627,14 @@ async def _write(what: str, call: Any, *args: Any) -> Any:
         raise ApplyError(what, exc) from exc
 
 
-async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
+async def _apply(shell: Shell, ns: str, name: str, body: dict[str, Any], acts: Actions) -> None:
     """Carry out Actions in a fixed order: delete, create, release, status, Events, job."""
-    api = Runtime.api
+    api = shell.api
     assert api is not None
-    state = Runtime.state
+    state = shell.state
     for gone in acts.delete_pods:
         state.drop_created(ns, gone)
-    forced = await _force_delete(ns, acts.force_delete)
+    forced = await _force_delete(shell, ns, acts.force_delete)
     await asyncio.gather(
         *(asyncio.to_thread(api.delete_pod, ns, g) for g in acts.delete_pods if g not in forced)
     )
@@ -641,8 +649,8 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
         )
     admitted_first = _admits(body, acts)
     if admitted_first:
-        await _write_status(ns, name, body, acts.status)
-    await _create(ns, name, body, acts)
+        await _write_status(shell, ns, name, body, acts.status)
+    await _create(shell, ns, name, body, acts)
     ungate = list(acts.ungate)
     if acts.release_created:  # the whole gang exists now: release it without a round trip
         ungate += [o["metadata"]["name"] for o in acts.create if o["kind"] == "Pod" and is_gated(o)]
@@ -655,18 +663,18 @@ async def _apply(ns: str, name: str, body: dict[str, Any], acts: Actions) -> Non
     )
     state.released.update({(ns, p): time.monotonic() for p in release})
     if not admitted_first:
-        await _write_status(ns, name, body, acts.status)
+        await _write_status(shell, ns, name, body, acts.status)
     for etype, reason, message in acts.events:
-        await _event(body, etype, reason, message)
+        await _event(shell, body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
 
 
-async def _force_delete(ns: str, stranded: Mapping[str, str]) -> set[str]:
+async def _force_delete(shell: Shell, ns: str, stranded: Mapping[str, str]) -> set[str]:
     """Pods bound to a node that left the fleet, deleted with no grace once the API server
     confirms the Node is gone, as kube-controller-manager's pod garbage collector checks
     before it does the same after its quarantine. Returns the pods deleted."""
-    api = Runtime.api
+    api = shell.api
     assert api is not None
     nodes = sorted(set(stranded.values()))
     answers = await asyncio.gather(*(asyncio.to_thread(api.node_gone, n) for n in nodes))
@@ -684,10 +692,10 @@ def _admits(body: Mapping[str, Any], acts: Actions) -> bool:
     return entering and acts.status.get("phase") == "Admitted" and bool(acts.create)
 
 
-async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
+async def _create(shell: Shell, ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
     """The SSH Secret, then Service/ConfigMap/claim templates, then the gang's pods in
     parallel; the gang's GPUs count as taken (from `_apply`) until the watch shows them."""
-    api, state = Runtime.api, Runtime.state
+    api, state = shell.api, shell.state
     assert api is not None
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys
         secret = ssh_secret(job_ref(body), acts.needs_ssh_secret)
@@ -704,20 +712,20 @@ async def _create(ns: str, name: str, body: Mapping[str, Any], acts: Actions) ->
             state.created(new, time.monotonic())
     failed = [r for r in results if isinstance(r, BaseException)]
     for new, created in zip(pods, results, strict=True):
-        taken = _taken(new) if created is False else None
+        taken = _taken(shell, new) if created is False else None
         if taken is not None:
             failed.append(taken)
     if failed:
         raise failed[0]
 
 
-def _taken(pod: Mapping[str, Any]) -> ApplyError | None:
+def _taken(shell: Shell, pod: Mapping[str, Any]) -> ApplyError | None:
     """A create answered 409 for a pod name that something else holds (not a pod of this
     job, nor of an earlier job of its name that garbage collection is taking away, nor one
     being deleted): the gang can never be whole, so it fails for good, named, instead of
     being deleted and created again on every reconcile."""
     meta = pod["metadata"]
-    there = Runtime.state.pods.get((meta["namespace"], meta["name"]))
+    there = shell.state.pods.get((meta["namespace"], meta["name"]))
     if there is None or there["metadata"].get("deletionTimestamp"):
         return None
     owner = meta["ownerReferences"][0]
@@ -736,16 +744,16 @@ def _taken(pod: Mapping[str, Any]) -> ApplyError | None:
 
 
 async def _write_status(
-    ns: str, name: str, body: Mapping[str, Any], status: Mapping[str, Any]
+    shell: Shell, ns: str, name: str, body: Mapping[str, Any], status: Mapping[str, Any]
 ) -> None:
-    api = Runtime.api
+    api = shell.api
     assert api is not None
     old = body.get("status") or {}
     if not status or status == old or _counts_only(old, status):
         return
     written = await asyncio.to_thread(api.patch_job_status, ns, name, status, old)
     if written is not None:
-        Runtime.state.record_written(job_key(ns, name), written)
+        shell.state.record_written(job_key(ns, name), written)
     old_phase, new_phase = old.get("phase"), status.get("phase")
     if new_phase and new_phase != old_phase:
         metrics.observe_transition(body, old_phase, new_phase, status)
@@ -765,42 +773,54 @@ def _progress_metrics(ns: str, name: str, status: Mapping[str, Any]) -> None:
         metrics.JOB_DEGRADED.labels(ns, name).set(1 if degraded else 0)
 
 
-async def _event(body: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
-    api = Runtime.api
+async def _event(
+    shell: Shell, body: Mapping[str, Any], etype: str, reason: str, message: str
+) -> None:
+    api = shell.api
     assert api is not None
     await asyncio.to_thread(api.post_event, body, etype, reason, message)
 
 
 # --- what the admission loop asks of the shell ----------------------------------------------
-async def evict(decision: JobDecision, now: datetime) -> None:
+async def evict(shell: Shell, decision: JobDecision, now: datetime) -> None:
     """Evict a preemption victim: status Preempted (once), Event, count, delete its pods.
 
     Under the job's lock, as a reconcile: a reconcile of the victim already under way would
     otherwise write its status, computed before the eviction, over the Preempted condition.
     """
     key = decision.key
-    lock = _lock(key)
+    lock = _lock(shell, key)
     if lock is None:
         return  # gone: nothing to evict
     async with lock:
-        victim = Runtime.state.job(key)
+        victim = shell.state.job(key)
         if victim is not None:
-            await _evict(key, victim, decision, now)
-    Runtime.state.drop_if_gone(key)
+            await _evict(shell, key, victim, decision, now)
+    shell.state.drop_if_gone(key)
 
 
 async def _evict(
-    key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime, note: str = ""
+    shell: Shell,
+    key: JobKey,
+    victim: Mapping[str, Any],
+    decision: JobDecision,
+    now: datetime,
+    note: str = "",
 ) -> None:
-    api = Runtime.api
+    api = shell.api
     assert api is not None
-    pods = Runtime.state.job_pods(key, victim["metadata"].get("uid"))
+    pods = shell.state.job_pods(key, victim["metadata"].get("uid"))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     already = any(
         cd.get("type") == "Preempted" and cd.get("status") == "True"
         for cd in (victim.get("status") or {}).get("conditions") or []
     )
-    if not already and not note and live and await _checkpoint_first(key, victim, decision, now):
+    if (
+        not already
+        and not note
+        and live
+        and await _checkpoint_first(shell, key, victim, decision, now)
+    ):
         return  # a checkpoint is asked for: the waiter evicts when it is in, or at the deadline
     if not already:  # one status change, Event and count per eviction
         message = f"{decision.message}; {note}" if note else decision.message
@@ -809,27 +829,27 @@ async def _evict(
             api.patch_job_status, *split_key(key), status, victim.get("status") or {}
         )
         if written is not None:
-            Runtime.state.record_written(key, written)
+            shell.state.record_written(key, written)
         metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
-        await _event(victim, "Warning", "Preempted", message)
+        await _event(shell, victim, "Warning", "Preempted", message)
     for pod in live:
         await asyncio.to_thread(api.delete_pod, split_key(key)[0], pod["metadata"]["name"])
 
 
 # --- checkpoint before eviction (trainop.progress, docs/progress.md) ------------------------
 async def _checkpoint_first(
-    key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime
+    shell: Shell, key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime
 ) -> bool:
     """Whether the eviction waits for a checkpoint: the job asks for one (spec.checkpoint),
     its pods can be told (the report endpoint is on). Writes status.checkpointRequest once
     and starts the waiter; the admission loop never waits (it may decide the same eviction
     again meanwhile: nothing more happens)."""
     spec = (victim.get("spec") or {}).get("checkpoint") or {}
-    service = Runtime.progress
+    service = shell.progress
     grace = int(spec.get("gracePeriodSeconds", 120))
-    if not spec or grace <= 0 or service is None or not Runtime.config.progress_url:
+    if not spec or grace <= 0 or service is None or not shell.config.progress_url:
         return False
-    mem = Runtime.state.jobs.get(key)
+    mem = shell.state.jobs.get(key)
     if mem is None:
         return False  # gone meanwhile: no one to wait for
     if mem.checkpoint_wait:
@@ -838,36 +858,39 @@ async def _checkpoint_first(
     if not request:  # else: asked before a restart or failover of the operator; go on waiting
         latest = service.latest(key) or (victim.get("status") or {}).get("progress")
         request = progress.checkpoint_request(latest, grace, "Preempted", now)
-        api = Runtime.api
+        api = shell.api
         assert api is not None
         written = await asyncio.to_thread(
             api.patch_job_status, *split_key(key), {"checkpointRequest": request}, {}
         )
         if written is None:
             return False
-        Runtime.state.record_written(key, written)
+        shell.state.record_written(key, written)
         await _event(
+            shell,
             victim,
             "Normal",
             "CheckpointRequested",
             f"checkpoint asked for before preemption ({decision.message}); evicted once it is "
             f"reported, or in {grace} s",
         )
-    mem.checkpoint_wait = True
-    _spawn(_wait_then_evict(key, decision, request))
+    mem.await_checkpoint()
+    shell.spawn(_wait_then_evict(shell, key, decision, request))
     return True
 
 
-async def _wait_then_evict(key: JobKey, decision: JobDecision, request: Mapping[str, Any]) -> None:
+async def _wait_then_evict(
+    shell: Shell, key: JobKey, decision: JobDecision, request: Mapping[str, Any]
+) -> None:
     """Wait for a checkpoint newer than `request` (or its deadline), then evict."""
-    service = Runtime.progress
+    service = shell.progress
     assert service is not None
     started = time.monotonic()
     try:
         while True:
             now = datetime.now(UTC).replace(tzinfo=None)
-            job = Runtime.state.job(key)
-            if job is None or Runtime.stopping:
+            job = shell.state.job(key)
+            if job is None or shell.stopping:
                 return
             latest = service.latest(key) or (job.get("status") or {}).get("progress")
             done, note = progress.eviction_note(latest, request, now)
@@ -881,25 +904,25 @@ async def _wait_then_evict(key: JobKey, decision: JobDecision, request: Mapping[
         outcome = "checkpointed" if note.startswith("checkpointed") else "deadline"
         metrics.CHECKPOINT_WAITS.labels(outcome).observe(time.monotonic() - started)
         note = f"{note} (waited {time.monotonic() - started:.1f} s)"
-        lock = _lock(key)
+        lock = _lock(shell, key)
         if lock is None:
             return  # gone meanwhile
         async with lock:
-            victim = Runtime.state.job(key)
+            victim = shell.state.job(key)
             if victim is not None:
-                await _evict(key, victim, decision, now, note=note)
+                await _evict(shell, key, victim, decision, now, note=note)
     finally:
-        mem = Runtime.state.jobs.get(key)
+        mem = shell.state.jobs.get(key)
         if mem is not None:
-            mem.checkpoint_wait = False
-            Runtime.state.drop_if_gone(key)
+            mem.checkpoint_waited()
+            shell.state.drop_if_gone(key)
 
 
-async def publish(result: PassResult) -> None:
+async def publish(shell: Shell, result: PassResult) -> None:
     """Queue usage to TrainingQueue status (only when it changed) and to metrics."""
-    api = Runtime.api
+    api = shell.api
     assert api is not None
-    state = Runtime.state
+    state = shell.state
     now = datetime.now(UTC).replace(tzinfo=None)
     statuses = queue_statuses(result.decisions, result.broken, state.queues, now)
     for qname, status in statuses.items():

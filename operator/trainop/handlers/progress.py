@@ -81,9 +81,7 @@ class ProgressService:
         mem = self.state().jobs.get(key)
         if mem is None:
             return asyncio.Event()
-        if mem.checkpointed is None:
-            mem.checkpointed = asyncio.Event()
-        return mem.checkpointed
+        return mem.checkpoint_event()
 
     async def identify(self, request: web.Request) -> progress.ReportingPod:
         header = request.headers.get("Authorization", "")
@@ -172,12 +170,12 @@ class ProgressService:
         wanted = (job.get("spec") or {}).get("progress") or {}
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
-        mem.progress = new
+        mem.reported(new)
         metrics.observe_progress(*split_key(key), new)
         clock = self.clock()
         if not progress.should_write(stored, new, mem.progress_written, clock, self.interval):
             if mem.trailing is None:  # the newest report is written when the interval ends
-                mem.trailing = asyncio.ensure_future(self._trailing(key, clock))
+                mem.trail(asyncio.ensure_future(self._trailing(key, clock)))
             return "throttled"
         await self._write(key, stored, new)
         return "accepted"
@@ -189,7 +187,7 @@ class ProgressService:
         assert api is not None
         mem = self.state().jobs.get(key)
         if mem is not None:
-            mem.progress_written = self.clock()
+            mem.progress_written_at(self.clock())
         # A merge patch: a key the reports own that the new progress dropped is nulled out
         # (others, such as the reconcile's replacedAt, may be newer than this memory: kept).
         body = {k: None for k in stored or {} if k in DROPPED and k not in new} | dict(new)
@@ -218,8 +216,8 @@ class ProgressService:
             log.warning("progress write for %s failed: %s", key, err)
         finally:
             mem = self.state().jobs.get(key)
-            if mem is not None and mem.trailing is asyncio.current_task():
-                mem.trailing = None
+            if mem is not None:
+                mem.trailed(asyncio.current_task())
 
     def forget(self, key: JobKey) -> None:
         """A deleted job's series go (what it reported went with its JobMemory)."""

@@ -231,7 +231,7 @@ class AdmissionLoop:
                 continue  # kept: the same signature and intake are stored already
             mem = state.jobs.get(key)
             if mem is not None:  # else gone while the decision ran
-                mem.intake = (work.signatures[key], job)
+                mem.took_in(work.signatures[key], job)
         changed = self._record(result, started)
         for decision in result.decisions.jobs.values():
             if decision.action == Action.PREEMPT:
@@ -314,5 +314,5 @@ class AdmissionLoop:
                 changed.append(key)
             elif old is not None:
                 verdict = dataclasses.replace(verdict, told=old.told)
-            mem.verdict = verdict
+            mem.decided(verdict)
         return changed

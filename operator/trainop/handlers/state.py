@@ -13,9 +13,12 @@ What it keeps, and how it stays current without rebuilding:
   first sight and dropped with the job by `remove_job`, in one place: the watch's body,
   our own status write, the admission loop's verdict, the intake kept for the job's
   version, the assumed gang, the pods created that the watch has not shown, the error
-  channel, the shell's lock, queued flag and requeue timer for its reconcile, and the
-  progress endpoint's newest report and throttled write;
-- queues, namespaces, PriorityClasses, FabricProfiles: the latest bodies;
+  channel, the shell's lock, queued flag and requeue timer for its reconcile, the
+  progress endpoint's newest report and throttled write, and (externalQueue: kueue) its
+  Workload. Other modules change a record only through its methods (`enqueue`,
+  `decided`, `failed`, `saw_workload`, ...);
+- queues, namespaces, PriorityClasses, FabricProfiles, and Kueue's ResourceFlavors and
+  WorkloadPriorityClasses: the latest bodies (or what trainop reads of them);
 - assumed gangs: the placement the admission cycle gave a job, counted as used GPUs at
   once, so the next decision of the same cycle, and every cycle until the pods show up in
   the watch, sees them taken (Kueue's assume/forget). An assumption is forgotten when all
@@ -46,6 +49,7 @@ from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 from trainop.queueing.model import JobDecision, key_of
+from trainop.queueing.planning import memo_job
 from trainop.reconcile import Admission
 
 # A job's key, in the shell and in queueing alike (QueuedJob.key, JobDecision.key,
@@ -129,12 +133,104 @@ class JobMemory:
     progress_written: float | None = None
     checkpointed: asyncio.Event | None = None
     trailing: asyncio.Future[None] | None = None
+    # handlers.kueue's (externalQueue: kueue): the job's Workload as the watch shows it.
+    workload: dict[str, Any] | None = None
 
+    # --- transitions: other modules change a record only through these ------------------
     def job_lock(self) -> asyncio.Lock:
         """The lock its reconcile and its evictions hold, made on first use."""
         if self.lock is None:
             self.lock = asyncio.Lock()
         return self.lock
+
+    def enqueue(self) -> bool:
+        """A reconcile is asked for: False when one already waits for the lock (it will
+        see this change too)."""
+        if self.queued:
+            return False
+        self.queued = True
+        return True
+
+    def dequeue(self) -> None:
+        """The waiting reconcile has the lock: a change from now on needs another."""
+        self.queued = False
+
+    def decided(self, verdict: Verdict) -> None:
+        """The admission loop's new verdict."""
+        self.verdict = verdict
+
+    def undecided(self) -> None:
+        """Forget the verdict (carried out, made for an older spec, or failed): the loop
+        decides again."""
+        self.verdict = None
+
+    def took_in(self, signature: tuple[Any, ...], job: Any) -> None:
+        """The admission cycle's intake of this job version (reused while it holds)."""
+        self.intake = (signature, job)
+
+    def requeue_in(self, handle: asyncio.TimerHandle) -> None:
+        """The reconcile runs again by `handle`; a requeue pending before is cancelled."""
+        if self.requeue is not None:
+            self.requeue.cancel()
+        self.requeue = handle
+
+    def carried_out(self) -> None:
+        """A reconcile went through: the error channel starts again."""
+        self.failures = 0
+
+    def failed(self) -> int:
+        """A transient failure; how many in a row."""
+        self.failures += 1
+        return self.failures
+
+    def accepted(self) -> None:
+        """The spec is tried again (a refusal for good holds only its own generation)."""
+        self.rejected = False
+
+    def refused(self, generation: int | None) -> None:
+        """The API server refused this generation of the job for good."""
+        self.rejected, self.rejected_generation = True, generation
+
+    def await_checkpoint(self) -> bool:
+        """An eviction starts waiting for the job's checkpoint; False when one waits."""
+        if self.checkpoint_wait:
+            return False
+        self.checkpoint_wait = True
+        return True
+
+    def checkpoint_waited(self) -> None:
+        self.checkpoint_wait = False
+
+    def checkpoint_event(self) -> asyncio.Event:
+        """The event a checkpoint wait listens on, made on first use."""
+        if self.checkpointed is None:
+            self.checkpointed = asyncio.Event()
+        return self.checkpointed
+
+    def reported(self, progress: dict[str, Any]) -> None:
+        """The newest progress report (status.progress may lag it by one write)."""
+        self.progress = progress
+
+    def progress_written_at(self, when: float) -> None:
+        self.progress_written = when
+
+    def trail(self, write: asyncio.Future[None]) -> None:
+        """The write a throttled report waits for."""
+        self.trailing = write
+
+    def trailed(self, write: asyncio.Future[None] | None) -> None:
+        """`write` is over: no trailing write pending, unless a newer one is."""
+        if self.trailing is write:
+            self.trailing = None
+
+    def saw_workload(self, body: dict[str, Any]) -> None:
+        """The job's Kueue Workload as the watch shows it."""
+        self.workload = body
+
+    def lost_workload(self, name: str) -> None:
+        """Workload `name` was deleted (a successor's, under a new name, stays)."""
+        if self.workload is not None and self.workload["metadata"]["name"] == name:
+            self.workload = None
 
     def newest(self) -> dict[str, Any] | None:
         """The newest body we know: the watch's, or our own write when it is newer."""
@@ -150,13 +246,15 @@ class JobMemory:
         return indexed
 
     def idle(self) -> bool:
-        """Nothing left to keep: the job is gone and nothing of the shell's is under way."""
+        """Nothing left to keep: the job is gone, its Workload too, and nothing of the
+        shell's is under way."""
         return (
             self.body is None
             and self.assumed is None
             and not self.created
             and not self.queued
             and not self.checkpoint_wait
+            and self.workload is None
             and (self.lock is None or not self.lock.locked())
         )
 
@@ -181,6 +279,10 @@ class ShellState:
     terminating: set[str] = field(default_factory=set)  # namespaces being deleted
     priorities: dict[str, int] = field(default_factory=dict)
     fabrics: dict[str, FabricProfile] = field(default_factory=dict)
+    # externalQueue: kueue (handlers.kueue): ResourceFlavors' nodeLabels, and the values of
+    # WorkloadPriorityClasses. Each job's Workload is in its record.
+    kueue_flavors: dict[str, dict[str, str]] = field(default_factory=dict)
+    kueue_priorities: dict[str, int] = field(default_factory=dict)
     _assuming: set[JobKey] = field(default_factory=set)  # the jobs whose record has `assumed`
     # Pods we created that the watch has not shown yet (by pod; per job in its record's
     # `created`): the reconcile counts them as present, so a gang seen half-way through the
@@ -212,6 +314,7 @@ class ShellState:
     _seen_total: int = 0  # sum of _seen_used
     _fleet: Snapshot | None = None
     _fleet_revision: int = -1
+    _jobs_gone: bool = False  # a job went: the next snapshot forgets its memos
     # When each pod and node was last upserted (monotonic; a job's is in its record):
     # `prune` drops the ones a later full listing no longer holds (deleted while no watch
     # was there to say so).
@@ -269,7 +372,7 @@ class ShellState:
             # belong to a reconcile that was skipped while standing by (a gang never
             # created), and would look settled to the loop until the assumption expired.
             for mem in self.jobs.values():
-                mem.verdict = None
+                mem.undecided()
             for key in list(self._assuming):
                 self._unassume(key)
             self.touch()
@@ -459,6 +562,7 @@ class ShellState:
                     pending.cancel()
             if mem.lock is not None and mem.lock.locked():
                 self.jobs[key] = JobMemory(lock=mem.lock)
+        self._jobs_gone = True
         self.touch()
 
     def drop_if_gone(self, key: JobKey) -> None:
@@ -483,7 +587,7 @@ class ShellState:
         """The API server refused this generation of the job for good."""
         mem = self.jobs.get(key)
         if mem is not None:
-            mem.rejected, mem.rejected_generation = True, generation
+            mem.refused(generation)
 
     def record_written(self, key: JobKey, body: Mapping[str, Any]) -> None:
         """Our own status patch result: newer than the watch until the watch catches up."""
@@ -789,6 +893,9 @@ class ShellState:
             )
         self._dirty.clear()
         self._pending_prev = pending
+        if self._jobs_gone:  # the memos of jobs that are gone (any left by an earlier cycle)
+            snapshot.forget_static(lambda k: (j := memo_job(k)) is not None and j not in self.jobs)
+            self._jobs_gone = False
         self._snapshot, self._snapshot_revision = snapshot, self.revision
         self._snapshot_nodes = self.node_revision
         return snapshot

@@ -267,6 +267,23 @@ class Snapshot:
                 updated[name] = _with_used(node, gpus)
         return self._derived(updated)
 
+    def standalone(self) -> Snapshot:
+        """This (new, unshared) snapshot without a delta source, for a value kept beyond its
+        parent's life (a "static" memo): it must not keep the parent's memo alive, with the
+        per-job entries in it. Its delta memos are built afresh on first use."""
+        object.__setattr__(self, "_src", None)
+        object.__setattr__(self, "_changed", frozenset())
+        return self
+
+    def forget_static(self, drop: Callable[[Any], bool]) -> None:
+        """Forget the "static" memo entries whose key `drop` names (say, those of a job
+        that is gone), here and in the memo this one derives its delta values from:
+        derived snapshots inherit what is left."""
+        for memo in (self._memo, self._src or {}):
+            for key in list(memo):  # a copy: the cycle's worker may add entries meanwhile
+                if isinstance(key, tuple) and key and key[0] == "static" and drop(key):
+                    memo.pop(key, None)
+
     def inherit_static(self, other: Snapshot) -> None:
         """Take `other`'s "static" memo entries: for a snapshot of the same nodes (names,
         labels, taints, allocatable) whose only difference is GPU usage."""

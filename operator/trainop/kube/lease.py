@@ -1,6 +1,6 @@
 """Leader election on a coordination.k8s.io/v1 Lease: only the holder of the Lease acts.
 
-Neighbours: `handlers.operator` runs `Elector.step` every `Runtime.renew_seconds` (the retry
+Neighbours: `handlers.operator` runs `Elector.step` every `Shell.renew_seconds` (the retry
 period, `trainop run --retry-period-seconds`) in a worker thread and records the outcome in
 the shell state (ShellState.leader); on shutdown it calls `release`, so a standby takes over
 at once instead of waiting for the Lease to expire.

@@ -213,6 +213,15 @@ def _placeable_key(
     return ("static", "placeable", job.key, meta.get("uid"), meta.get("generation"), products)
 
 
+def memo_job(key: Any) -> str | None:
+    """The job whose "placeable" memo `key` is (see `_placeable_key`), else None: its
+    entries go once the job is gone (ShellState), or derived snapshots would keep them for
+    as long as no node changes."""
+    if isinstance(key, tuple) and len(key) > 2 and key[:2] == ("static", "placeable"):
+        return str(key[2])
+    return None
+
+
 def _largest_replica(body: Mapping[str, Any]) -> int:
     roles = (body.get("spec") or {}).get("replicaSpecs") or {}
     return max((int((r or {}).get("gpus") or 0) for r in roles.values()), default=0)
