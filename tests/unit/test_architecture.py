@@ -322,3 +322,15 @@ def test_pods_without_gpus_follow_the_gang_architecture(
     b = b.workers(2 if len(fleet) > 2 else 1, 4, {}).role("Launcher", 1)
     spec = b.placement("none", "Required").build()
     assert _launcher_arch(plan_job(spec, snap(*fleet), config)) == expected
+
+
+def test_a_gb200_gang_stays_in_its_nvl72_clique_at_nvlink_speed() -> None:
+    """16 GPUs on the Grace fleet: one clique of the NVL72 rack, priced at NVLink 5 (740 GB/s
+    per GPU between trays), not at the 50 GB/s network."""
+    plan = plan_job(job(4, 4), grace_fleet(), CONFIG_ARM)
+    assert isinstance(plan, Plan), plan
+    p = plan.placement
+    assert p.level == "clique" and all(n.startswith("gb200-") for n in p.nodes)
+    assert p.allreduce is not None and p.allreduce.level == "clique"
+    # ring over 16 GPUs at 740 GB/s: 2 * 15/16 * 1 GiB / 740 GB/s
+    assert p.allreduce.seconds == pytest.approx(2 * 15 / 16 * (1 << 30) / 740e9, rel=0.01)

@@ -30,7 +30,11 @@ Defaults per GPU class (a FabricProfile's spec.bandwidth overrides any of them):
                   https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html),
                   network 50 (one 400 Gb/s NDR port per GPU, same guide);
   H800            nvlink 160 (NVLink limited to 400 GB/s per GPU, about 0.4x of H100's), 50;
-  B200            nvlink 740 (NVLink 5, 1.8 TB/s per GPU), network 50;
+  B200, GB200     nvlink 740 (NVLink 5, 1.8 TB/s per GPU), network 50; in a GB200 NVL72
+                  rack the 740 also holds between its 18 trays (one nvidia.com/gpu.clique);
+  B300, GB300     the same NVLink 5 (GB200 and GB300 both use it,
+                  https://docs.nvidia.com/base-command-manager/product-manuals/nvidia-mission-control/nvlinkinfo),
+                  network 50 (not raised for ConnectX-8: unconfirmed per system);
   A100 SXM        nvlink 230 (600 GB/s NVSwitch,
                   https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html),
                   network 25 (one 200 Gb/s HDR port per GPU, same guide);
@@ -69,7 +73,8 @@ _CLASSES: tuple[tuple[str, float, float], ...] = (
     ("H800", 160.0, 50.0),
     ("H100", 370.0, 50.0),
     ("H200", 370.0, 50.0),
-    ("B200", 740.0, 50.0),
+    ("B200", 740.0, 50.0),  # also GB200
+    ("B300", 740.0, 50.0),  # also GB300
     ("A800", 150.0, 25.0),
     ("A100", 230.0, 25.0),
     ("V100-SXM2", 130.0, 6.25),
