@@ -37,6 +37,8 @@ TOKEN_VOLUME = "trainop-progress-token"
 TOKEN_SECONDS = 3600  # the kubelet refreshes it at 80% of its life
 MAX_RANKS_KEPT = 4  # status.progress.ranks: the slowest few, so the status stays small
 MAX_TEXT = 512
+MAX_METRICS = 64  # a report's metrics: as many as a trainerStatus body may carry
+MAX_METRIC_NAME = 64
 # Kubeflow Trainer's status protocol (trainop.trainerstatus): the variables its controller
 # injects and transformers' KubeflowCallback reads. TOKEN and CA_CERT name files
 # (https://github.com/huggingface/transformers/blob/main/src/transformers/integrations/integration_utils.py,
@@ -62,6 +64,8 @@ class Report:
     checkpoint_path: str = ""
     checkpoint_step: int | None = None
     phase: str = ""
+    total_steps: int | None = None  # the trainer's own total (spec.progress.totalSteps wins)
+    metrics: tuple[tuple[str, str], ...] = ()  # (name, value as text), e.g. ("loss", "0.61")
 
 
 def _number(data: Mapping[str, Any], key: str, integer: bool = False) -> Any:
@@ -82,9 +86,31 @@ def _text(data: Mapping[str, Any], key: str) -> str:
     return value
 
 
+def _metrics(data: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """`metrics`: {name: finite number}, at most MAX_METRICS, names printable and short;
+    kept as text, the form status.progress.metrics has for trainerStatus metrics too."""
+    raw = data.get("metrics")
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping) or len(raw) > MAX_METRICS:
+        raise ReportError(f"metrics: must be an object of at most {MAX_METRICS} name: number pairs")
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
+            raise ReportError(
+                f"metrics: names must be non-empty strings of at most {MAX_METRIC_NAME} "
+                f"characters, got {name!r}"
+            )
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or not name.isprintable():
+            raise ReportError(f"metrics.{name}: must be a finite number, got {value!r}")
+        out.append((name, f"{value:.6g}" if isinstance(value, float) else str(value)))
+    return tuple(out)
+
+
 def parse_report(data: Any) -> Report:
     """Check a decoded JSON report: {step, stepSeconds?, samplesPerSecond?,
-    tokensPerSecond?, checkpoint?: {path, step}, phase?}."""
+    tokensPerSecond?, checkpoint?: {path, step}, phase?, totalSteps?, metrics?}."""
     if not isinstance(data, Mapping):
         raise ReportError("the report must be a JSON object")
     step = _number(data, "step", integer=True)
@@ -105,6 +131,8 @@ def parse_report(data: Any) -> Report:
         checkpoint_path=path,
         checkpoint_step=ckpt_step,
         phase=_text(data, "phase"),
+        total_steps=_number(data, "totalSteps", integer=True) or None,
+        metrics=_metrics(data),
     )
 
 
@@ -171,6 +199,8 @@ def _rank0(out: dict[str, Any], old: Mapping[str, Any], report: Report, now: dat
         out.pop("eta", None)
     out["phase"] = report.phase
     out["summary"] = summary(report.step, total)
+    if report.metrics:  # the trainer's loss & co (the integrations send them)
+        out["metrics"] = [{"name": n, "value": v} for n, v in report.metrics]
 
 
 def fold(
@@ -181,11 +211,14 @@ def fold(
     now: datetime,
     total_steps: int | None,
 ) -> dict[str, Any]:
-    """status.progress after `report` from the pod of `rank` on `node`."""
+    """status.progress after `report` from the pod of `rank` on `node`. The total is
+    spec.progress.totalSteps (`total_steps`), else the one rank 0's trainer reports."""
     before = dict(old or {})
     out = dict(before)
     out["source"] = "trainop"  # it wins over a trainerStatus report (trainop.trainerstatus)
     out.pop("percentage", None)
+    if total_steps is None:
+        total_steps = report.total_steps if rank == 0 else before.get("totalSteps")
     out["totalSteps"] = total_steps
     if total_steps is None:
         out.pop("totalSteps")

@@ -105,6 +105,21 @@ def test_reports_go_out_throttled_with_the_token(endpoint: Endpoint, tmp_path: A
     }
 
 
+def test_the_total_and_finite_metrics_travel_and_parse(endpoint: Endpoint, tmp_path: Any) -> None:
+    """What trainop.integrations send: the planned total and the trainer's numbers; a NaN
+    loss or a text value is dropped here, so the endpoint never refuses the whole report."""
+    from trainop import progress as core
+
+    reporter = progress.Reporter(env=env_for(endpoint.url, tmp_path))
+    metrics = {"loss": 0.25, "lr": 1e-4, "nan": float("nan"), "text": "x", "epoch": 1}
+    reporter.report(3, total_steps=100, metrics=metrics)
+    wait_until(lambda: len(endpoint.posts()) == 1)
+    body = endpoint.posts()[0]
+    assert body["totalSteps"] == 100
+    assert body["metrics"] == {"loss": 0.25, "lr": 1e-4, "epoch": 1.0}
+    assert core.parse_report(body).metrics == (("loss", "0.25"), ("lr", "0.0001"), ("epoch", "1"))
+
+
 def test_a_checkpoint_goes_at_once_and_the_answer_is_kept(
     endpoint: Endpoint, tmp_path: Any
 ) -> None:

@@ -33,6 +33,17 @@ BAD_REPORTS = [
     ("half-checkpoint", {"step": 1, "checkpoint": {"path": "/c"}}, "give both path and step"),
     ("checkpoint-list", {"step": 1, "checkpoint": ["/c", 1]}, "checkpoint: must be an object"),
     ("long-phase", {"step": 1, "phase": "x" * 600}, "phase: must be a string"),
+    ("total-text", {"step": 1, "totalSteps": "100"}, "totalSteps: must be an integer"),
+    ("metrics-list", {"step": 1, "metrics": [["loss", 1]]}, "metrics: must be an object"),
+    (
+        "metric-nan",
+        {"step": 1, "metrics": {"loss": float("nan")}},
+        "metrics.loss: must be a finite",
+    ),
+    ("metric-text", {"step": 1, "metrics": {"loss": "low"}}, "metrics.loss: must be a finite"),
+    ("metric-bool", {"step": 1, "metrics": {"ok": True}}, "metrics.ok: must be a finite"),
+    ("metric-long-name", {"step": 1, "metrics": {"x" * 65: 1}}, "metrics: names must be"),
+    ("too-many-metrics", {"step": 1, "metrics": {f"m{i}": i for i in range(65)}}, "at most 64"),
 ]
 
 
@@ -59,6 +70,28 @@ def test_a_full_report_parses() -> None:
         120,
         "train",
     )
+
+
+def test_the_integrations_total_and_metrics_reach_the_status() -> None:
+    """trainop.integrations send the trainer's planned total and its loss: the total gives
+    the summary and the ETA when the job sets no spec.progress.totalSteps, which wins."""
+    r = progress.parse_report(
+        {"step": 10, "stepSeconds": 0.5, "totalSteps": 100, "metrics": {"loss": 0.5, "n": 3}}
+    )
+    assert (r.total_steps, r.metrics) == (100, (("loss", "0.5"), ("n", "3")))
+    own = progress.fold(None, r, 0, "n1", at(0), None)
+    assert (own["totalSteps"], own["summary"], own["eta"]) == (
+        100,
+        "10/100 (10%)",
+        "2026-11-25T12:00:45Z",
+    )
+    assert own["metrics"] == [{"name": "loss", "value": "0.5"}, {"name": "n", "value": "3"}]
+    spec = progress.fold(None, r, 0, "n1", at(0), 400)
+    assert (spec["totalSteps"], spec["summary"]) == (400, "10/400 (2%)")
+    other_rank = progress.fold(
+        own, progress.Report(step=10, step_seconds=0.6), 1, "n2", at(1), None
+    )
+    assert (other_rank["totalSteps"], other_rank["metrics"]) == (100, own["metrics"])
 
 
 # --- fold -------------------------------------------------------------------------------------

@@ -69,6 +69,24 @@ def _interval(env: Mapping[str, str]) -> float:
         return DEFAULT_INTERVAL
 
 
+MAX_METRICS = 64
+
+
+def _finite(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+    """The metrics a report may carry: finite numbers under short printable names."""
+    out: dict[str, float] = {}
+    for name, value in (metrics or {}).items():
+        if len(out) >= MAX_METRICS or not isinstance(name, str) or not 0 < len(name) <= 64:
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if number == number and abs(number) != float("inf") and name.isprintable():
+            out[name] = number
+    return out
+
+
 def _token(path: str) -> str:
     """Read on every send: the kubelet rotates the projected token in place."""
     try:
@@ -130,12 +148,25 @@ class Reporter:
         checkpoint: tuple[str, int] | None = None,
         phase: str = "",
         force: bool = False,
+        total_steps: int | None = None,
+        metrics: Mapping[str, float] | None = None,
     ) -> None:
         """Keep this report as the newest; it goes out within `interval` seconds (at once
-        with a checkpoint or `force`). Never blocks, never raises."""
+        with a checkpoint or `force`). Never blocks, never raises.
+
+        `total_steps`: the trainer's planned total, for the ETA and the PROGRESS column when
+        the job sets no spec.progress.totalSteps. `metrics`: finite numbers by name (loss,
+        learning_rate, ...; at most 64), shown by `trainop explain` and exported as
+        trainop_job_trainer_metric; others are dropped here so one NaN loss never costs a
+        whole report."""
         if not self.enabled:
             return
         body: dict[str, Any] = {"step": int(step), "phase": phase}
+        if total_steps:
+            body["totalSteps"] = int(total_steps)
+        kept = _finite(metrics)
+        if kept:
+            body["metrics"] = kept
         for key, value in (
             ("stepSeconds", step_seconds),
             ("samplesPerSecond", samples_per_second),
