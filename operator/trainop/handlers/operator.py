@@ -95,6 +95,12 @@ def register(shell: Shell, registry: kopf.OperatorRegistry) -> None:
     object `trainop run` made): start-up and cleanup, the mirrors of the small kinds, nodes
     and jobs, and, with `externalQueue: kueue`, Kueue's kinds (handlers.kueue)."""
 
+    # kopf's default registry logs in through the kubernetes client (its fallback); this
+    # one is the operator's own, so it says so itself.
+    kopf.on.login(registry=registry, id="login_via_client", errors=kopf.ErrorsMode.IGNORED)(
+        kopf.login_via_client
+    )
+
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         await configure(shell, settings)
