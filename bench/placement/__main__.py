@@ -9,7 +9,8 @@ for COMM_SHARE of a step (see queueing.simulate): an assumption, stated in place
 
 Workloads (bench/placement/workloads.py): (a) synthetic gangs on a 4 x 4 x 8 H100 grid at
 70/90/120% offered load, (b) the openb trace on its 1,213-node fleet, (c) synthetic gangs on
-the 4,278-node spot fleet at 70/90/120%. Event counts are scaled to fit a 2-core machine in
+the 4,278-node spot fleet at 70/90/120%, (d) gangs of 4..72 GPUs on 4 racks of GB200
+NVL72 at 70/90/120% (`--only d-` runs just those). Event counts are scaled to fit a 2-core machine in
 well under 15 minutes (COUNTS). Writes OUT/placement.json (workload -> policy -> metric),
 OUT/placement.md (summary and targets) and OUT/placement-*.png. Then the elastic runs
 (bench/placement/elastic.py): the synthetic workload with elastic gangs against fixed-size
@@ -31,6 +32,8 @@ from bench.placement.metrics import measure, measure_lower_bound
 from bench.placement.policies import factory, lower_bound, policies
 from bench.placement.report import plots, summary
 
+from trainop.api import constants as c
+from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing import simulate
@@ -39,8 +42,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 SEED = 7
 COMM_SHARE = 0.3
 LOADS = (0.7, 0.9, 1.2)
-COUNTS: dict[str, int | None] = {"a": 400, "b": None, "c": 300}
-SMOKE_COUNTS: dict[str, int | None] = {"a": 12, "b": 20, "c": 10}
+COUNTS: dict[str, int | None] = {"a": 400, "b": None, "c": 300, "d": 300}
+SMOKE_COUNTS: dict[str, int | None] = {"a": 12, "b": 20, "c": 10, "d": 10}
 
 Workload = tuple[str, float | None, fleets.Fleet, list[dict[str, Any]]]
 
@@ -60,6 +63,10 @@ def _workloads(smoke: bool) -> list[Workload]:
     for load in loads:
         jobs = workloads.spot_gangs(counts["c"] or 0, load, spot)
         out.append((f"c-spot@{load:.0%}", load, spot, jobs))
+    nvl = fleets.nvl72(2 if smoke else 4)
+    for load in loads:
+        jobs = workloads.nvl72_gangs(counts["d"] or 0, load, nvl)
+        out.append((f"d-nvl72@{load:.0%}", load, nvl, jobs))
     return out
 
 
@@ -68,11 +75,38 @@ def _workloads(smoke: bool) -> list[Workload]:
 VARIANTS = {"trainop-wait0": 0.0, "trainop-wait3600": 3600.0}
 
 
-def run_one(fleet: fleets.Fleet, jobs: list[dict[str, Any]], name: str, fn: Any) -> dict[str, Any]:
+# The NVL72 trays' fabric: each has four 400 Gb/s ConnectX-7 NICs, one per GPU (MLCommons
+# inference v6.1, Crusoe GB200-NVL72 system description); as InfiniBand, the cost model's
+# 50 GB/s per GPU. Without it they would fall back to TCP (1.9 GB/s per GPU).
+NVL72_PROFILES = (
+    FabricProfile(
+        name="bench-gb200-ib",
+        spec=FabricProfileSpec.model_validate(
+            {
+                "node_selector": {c.GFD_PRODUCT: "NVIDIA-GB200"},
+                "fabric": "InfiniBand",
+                "rdma_resource": c.DEFAULT_RDMA_RESOURCE,
+            }
+        ),
+    ),
+)
+
+
+def profiles_for(label: str) -> tuple[FabricProfile, ...]:
+    return NVL72_PROFILES if label.startswith("d-") else ()
+
+
+def run_one(
+    fleet: fleets.Fleet,
+    jobs: list[dict[str, Any]],
+    name: str,
+    fn: Any,
+    profiles: tuple[FabricProfile, ...] = (),
+) -> dict[str, Any]:
     wait = VARIANTS.get(name, 0.0)
     if name == "trainop":
         wait = OperatorConfig().topology_wait_seconds
-    config = OperatorConfig(topology_wait_seconds=wait)
+    config = OperatorConfig(topology_wait_seconds=wait, fabric_profiles=profiles)
     t0 = time.perf_counter()
     result = simulate(
         list(fleet.nodes), [], jobs, config=config, placer=factory(fn), comm_share=COMM_SHARE
@@ -85,6 +119,9 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     parser.add_argument("--smoke", action="store_true", help="tiny workloads (the test suite)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--elastic-only", action="store_true", help="only the elastic runs")
+    parser.add_argument(
+        "--only", metavar="PREFIX", help="only the workloads whose label starts with it (d-)"
+    )
     args = parser.parse_args(argv)
     if args.elastic_only:
         elastic.write(elastic.compare(args.smoke, log), args.out)
@@ -102,7 +139,9 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     }
     started = time.perf_counter()
     for label, load, fleet, jobs in _workloads(args.smoke):
-        config = OperatorConfig()
+        if args.only and not label.startswith(args.only):
+            continue
+        config = OperatorConfig(fabric_profiles=profiles_for(label))
         snapshot = build_snapshot(list(fleet.nodes))
         lower = lower_bound(jobs, snapshot, config.cost)
         row: dict[str, Any] = {"load": load, "fleet": fleet.name, "jobs": len(jobs)}
@@ -110,7 +149,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
         if not label.startswith("b-"):
             runs.update(dict.fromkeys(VARIANTS, runs["trainop"]))
         for name, fn in runs.items():
-            out = run_one(fleet, jobs, name, fn)
+            out = run_one(fleet, jobs, name, fn, profiles_for(label))
             row[name] = {**measure(out["result"], fleet, jobs, lower), "wall_s": out["wall_s"]}
             log(f"{label:18} {name:16} {out['wall_s']:7.1f}s  {_brief(row[name])}")
         row["lower-bound"] = measure_lower_bound(fleet, jobs, lower)

@@ -1,4 +1,5 @@
-"""The benchmark's fleets as Node dicts: a 128-node H100 grid and the two trace fleets.
+"""The benchmark's fleets as Node dicts: a 128-node H100 grid, the two trace fleets and 4 racks
+of GB200 NVL72 (each rack one NVLink clique of 18 trays x 4 GPUs, issue 36).
 
 The traces have no network topology, so each GPU model's nodes are grouped, in order, into
 racks of RACK_NODES and blocks of BLOCK_RACKS racks (models never share a rack).
@@ -27,8 +28,10 @@ class Fleet:
         return sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in self.nodes)
 
 
-def node(name: str, product: str, gpus: int, rack: str, block: str) -> dict[str, Any]:
-    return {
+def node(
+    name: str, product: str, gpus: int, rack: str, block: str, clique: str | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -46,6 +49,9 @@ def node(name: str, product: str, gpus: int, rack: str, block: str) -> dict[str,
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+    if clique is not None:
+        out["metadata"]["labels"]["nvidia.com/gpu.clique"] = clique
+    return out
 
 
 def _fleet(name: str, nodes: list[dict[str, Any]]) -> Fleet:
@@ -92,3 +98,15 @@ def openb() -> Fleet:
 
 def spot(limit: int | None = None) -> Fleet:
     return from_counts("spot 4,278 nodes", DATA / "spot_nodes.csv", limit)
+
+
+def nvl72(racks: int = 4) -> Fleet:
+    """`racks` GB200 NVL72 racks: 18 compute trays of 4 GPUs each, the rack one NVLink
+    clique (nvidia.com/gpu.clique), all racks in one block. The CPU architecture (arm64) is
+    left out: the benchmark measures placement, not image choice."""
+    nodes = [
+        node(f"nvl{r}-t{t:02d}", "NVIDIA-GB200", 4, f"nvl{r}", "b0", clique=f"nvl{r}.0")
+        for r in range(racks)
+        for t in range(18)
+    ]
+    return _fleet(f"{racks} x GB200 NVL72 ({len(nodes)} trays)", nodes)

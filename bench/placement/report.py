@@ -116,7 +116,11 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
     except ImportError:
         return []
     written = []
-    for prefix, title in (("a-", "synthetic, 128 H100 nodes"), ("c-", "spot fleet, 4,278 nodes")):
+    for prefix, title in (
+        ("a-", "synthetic, 128 H100 nodes"),
+        ("c-", "spot fleet, 4,278 nodes"),
+        ("d-", "GB200 NVL72, 4 racks of 18 trays"),
+    ):
         rows = [(r["load"], r) for k, r in report["workloads"].items() if k.startswith(prefix)]
         if not rows:
             continue

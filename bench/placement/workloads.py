@@ -11,6 +11,9 @@
     pods ask for 7,433 whole GPUs over 150 days on 6,212 GPUs, most living minutes (the
     paper's pods share GPUs). All pods together offer 120% of the fleet's GPUs, so the fill
     ends with the fleet as full as each policy's packing lets it be.
+(d) gangs on 4 racks of GB200 NVL72 (issue 36): 4..72 GPUs, 1..18 trays of 4 GPUs from
+    SIZES_D; durations and arrivals as in (a). A rack is one NVLink clique, so the share of
+    multi-node gangs kept in one rack is the share kept in one clique.
 (c) gangs on the spot fleet's 8-GPU products (A100, H800, A800, GPU-series-1/-2): each gang
     takes one product, drawn by that product's share of 8-GPU capacity, and 1..64 nodes from
     SIZES_C (capped at half the product's nodes); durations and arrivals as in (a).
@@ -29,6 +32,7 @@ from bench.placement.fleets import DATA, Fleet
 
 SIZES_A = ((1, 0.30), (2, 0.25), (4, 0.20), (8, 0.15), (16, 0.10))
 SIZES_C = ((1, 0.25), (2, 0.20), (4, 0.20), (8, 0.15), (16, 0.10), (32, 0.06), (64, 0.04))
+SIZES_D = ((1, 0.20), (2, 0.20), (4, 0.20), (8, 0.15), (12, 0.10), (16, 0.10), (18, 0.05))
 SPACING_B = 60.0
 BATCH_B = 100
 HOLD_B = 10 * 86400.0
@@ -86,6 +90,14 @@ def synthetic(count: int, load: float, fleet: Fleet, seed: int = 11) -> list[dic
     shapes = [(_pick(rng, SIZES_A), _duration(rng)) for _ in range(count)]
     times = _arrivals(random.Random(seed + 1), [n * 8 * d for n, d in shapes], load, fleet.gpus)
     return [job(i, n, 8, t, d) for i, ((n, d), t) in enumerate(zip(shapes, times, strict=True))]
+
+
+def nvl72_gangs(count: int, load: float, fleet: Fleet, seed: int = 17) -> list[dict[str, Any]]:
+    """(d): gangs of 1..18 GB200 trays (4 GPUs each); the same gangs at any load."""
+    rng = random.Random(seed)
+    shapes = [(_pick(rng, SIZES_D), _duration(rng)) for _ in range(count)]
+    times = _arrivals(random.Random(seed + 1), [n * 4 * d for n, d in shapes], load, fleet.gpus)
+    return [job(i, n, 4, t, d) for i, ((n, d), t) in enumerate(zip(shapes, times, strict=True))]
 
 
 def spot_gangs(count: int, load: float, fleet: Fleet, seed: int = 13) -> list[dict[str, Any]]:

@@ -25,7 +25,12 @@ def test_smoke_run_writes_results(tmp_path: Path) -> None:
     lines: list[str] = []
     assert main(["--smoke", "--out", str(tmp_path)], log=lines.append) == 0
     report = json.loads((tmp_path / "placement.json").read_text())
-    assert set(report["workloads"]) == {"a-synthetic@90%", "b-openb-fill", "c-spot@90%"}
+    assert set(report["workloads"]) == {
+        "a-synthetic@90%",
+        "b-openb-fill",
+        "c-spot@90%",
+        "d-nvl72@90%",
+    }
     for label, row in report["workloads"].items():
         for policy in POLICIES:
             assert set(METRICS) <= set(row[policy]), (label, policy)
