@@ -598,3 +598,31 @@ def test_notes_create_the_example_namespace_before_applying_it(helm: str, tmp_pa
     ha = _notes(helm, tmp_path, "replicas=2", "operator.watchNamespaces={team-cv}")
     assert "get lease trainop -o jsonpath='{.spec.holderIdentity}" in ha
     assert "The operator watches only team-cv" in ha
+
+
+# --- the ClusterTrainingRuntimes the chart ships (docs/runtimes.md) ------------------------
+
+FRAMEWORKS = ["jax", "mpi", "mxnet", "paddle", "pytorch", "tensorflow"]
+
+
+@pytest.mark.parametrize(
+    ("sets", "want"),
+    [
+        pytest.param([], FRAMEWORKS, id="default-all-six"),
+        pytest.param(["runtimes.enabled=false"], [], id="disabled"),
+        pytest.param(["runtimes.only={pytorch,jax}"], ["jax", "pytorch"], id="only-some"),
+    ],
+)
+def test_chart_ships_runtimes(helm: str, sets: list[str], want: list[str]) -> None:
+    from trainop.runtimes import check_runtime
+
+    runtimes = [d for d in _render(helm, *sets) if d["kind"] == "ClusterTrainingRuntime"]
+    assert sorted(r["metadata"]["name"] for r in runtimes) == want
+    for rt in runtimes:
+        assert check_runtime(rt) is None, rt["metadata"]["name"]
+        assert rt["spec"]["framework"]["name"] == rt["metadata"]["name"]
+        assert rt["metadata"]["labels"]["app.kubernetes.io/name"] == "trainop"
+
+
+def test_chart_refuses_an_unknown_runtime_name(helm: str) -> None:
+    assert "only" in _render_error(helm, "runtimes.only={caffe}")

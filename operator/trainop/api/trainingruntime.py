@@ -155,8 +155,8 @@ class TrainingRuntimeSpec(ApiModel):
 
 RUNTIME_SPEC_VALIDATIONS = [
     {
-        "rule": "self.replicaSpecs.all(k, k in ['Worker', 'Chief', 'PS', 'Evaluator', "
-        "'Launcher', 'Server', 'Scheduler'])",
+        "rule": "!has(self.replicaSpecs) || self.replicaSpecs.all(k, k in ['Worker', 'Chief', "
+        "'PS', 'Evaluator', 'Launcher', 'Server', 'Scheduler'])",
         "message": "roles must be Worker, Chief, PS, Evaluator, Launcher, Server or Scheduler",
         "fieldPath": ".replicaSpecs",
     },

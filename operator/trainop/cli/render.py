@@ -5,6 +5,11 @@ No cluster needed: the inventory comes from `kubectl get nodes -o yaml` (and opt
 operator calls turns each TrainingJob into a Plan, rendered exactly as the operator creates
 it (pods carry the admission scheduling gate), so a render can be diffed against a cluster.
 
+A job that names a runtime (spec.runtimeRef) is merged with it first (`runtimes.resolve`,
+as the operator does): runtimes come from JOB.yaml itself (ClusterTrainingRuntime and
+TrainingRuntime documents beside the jobs) and from --runtimes files; a missing or invalid
+runtime is exit 2, naming it and the fix.
+
 Exit codes (DESIGN.md): 0 placed; 2 invalid (the message names the field) or unreadable
 input; 3 valid but not placeable now (the reason, then its details); 4 valid but never
 placeable on this fleet (more GPUs than it has at all, a replica larger than any node, a
@@ -24,6 +29,7 @@ from typing import Any
 import click
 
 from trainop.api import constants as c
+from trainop.api.trainingruntime import RUNTIME_KINDS
 from trainop.cli.inputs import (
     EXIT_INVALID,
     InputError,
@@ -37,6 +43,7 @@ from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, parse_spec, plan_job
 from trainop.queueing.cluster import least_gpus
 from trainop.queueing.inadmissible import fleet_shortfall
+from trainop.runtimes import RuntimeKey, RuntimeProblem, resolve, runtime_index
 from trainop.validation import check_queue_label
 from trainop.yamlio import dump_yaml_all
 
@@ -58,6 +65,7 @@ class Rendered:
     code: int
     plan: Plan | None = None
     errors: list[str] = field(default_factory=list)
+    runtime: str = ""  # "ClusterTrainingRuntime pytorch (generation 2)" when merged with one
 
 
 def _check_identity(body: Mapping[str, Any]) -> str | None:
@@ -111,14 +119,36 @@ def render_job(
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
     config: OperatorConfig,
+    runtimes: Mapping[RuntimeKey, Mapping[str, Any]] | None = None,
 ) -> Rendered:
-    """Plan one TrainingJob body on the inventory; never raises for a bad job."""
+    """Plan one TrainingJob body on the inventory, merged with the runtime it names (from
+    `runtimes`, keyed as `runtimes.runtime_index` keys them); never raises for a bad job."""
     raw_meta = body.get("metadata")
     meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
     who = f"{meta.get('namespace') or 'default'}/{object_name(body) or '<no name>'}"
     problem = _check_identity(body)
     if problem:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {problem}"])
+    resolved = resolve(body, runtimes or {})
+    if isinstance(resolved, RuntimeProblem):
+        return Rendered(who, EXIT_INVALID, errors=[f"error: {resolved}"])
+    out = render_merged(who, resolved.body, nodes, pods, config, meta)
+    rt = resolved.runtime
+    if rt is not None:
+        gen = f" (generation {rt.generation})" if rt.generation is not None else ""
+        out.runtime = f"{rt.kind} {rt.name}{gen}"
+    return out
+
+
+def render_merged(
+    who: str,
+    body: Mapping[str, Any],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    config: OperatorConfig,
+    meta: Mapping[str, Any],
+) -> Rendered:
+    """render_job's planning, for a body already merged with its runtime."""
     name, namespace = object_name(body), meta.get("namespace") or "default"
     try:
         snapshot = build_snapshot(
@@ -182,10 +212,12 @@ def _never_fits(body: Mapping[str, Any], snapshot: Snapshot) -> str | None:
     )
 
 
-def placement_header(plan: Plan) -> str:
+def placement_header(plan: Plan, runtime: str = "") -> str:
     """The comment lines opening a job's YAML: where the gang landed, and what is not shown."""
     st = plan.placement_status()
     lines = [f"# placement: {st['level']} {st['domain']} nodes={','.join(st['nodes'])}"]
+    if runtime:
+        lines.append(f"# runtime: {runtime}, merged with the job (docs/runtimes.md)")
     if plan.gang:  # gangScheduling kubernetes
         lines.append(
             "# gangScheduling kubernetes: kube-scheduler places the PodGroup; the nodes above "
@@ -206,14 +238,38 @@ def placement_header(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _jobs(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """TrainingJob documents of JOB.yaml, and notes about documents of other kinds skipped."""
+def _is_runtime(doc: Mapping[str, Any]) -> bool:
+    return doc.get("apiVersion") == c.API_VERSION and doc.get("kind") in RUNTIME_KINDS
+
+
+def _runtimes(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """The runtime objects of the --runtimes files; another kind is an InputError."""
+    out = []
+    for path in paths:
+        for i, doc in enumerate(read_documents(path)):
+            if not _is_runtime(doc):
+                raise InputError(
+                    f"--runtimes {path}: object {i + 1} is a {doc.get('apiVersion')} "
+                    f"{doc.get('kind')}, expected {c.API_VERSION} ClusterTrainingRuntime or "
+                    "TrainingRuntime objects"
+                )
+            if not object_name(doc):
+                raise InputError(f"--runtimes {path}: object {i + 1} has no metadata.name")
+            out.append(doc)
+    return out
+
+
+def _jobs(path: str) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """TrainingJob documents of JOB.yaml, notes about documents of other kinds skipped, and
+    the runtimes among its documents."""
     docs = read_documents(path)
-    jobs, notes = [], []
+    jobs, notes, runtimes = [], [], []
     for i, doc in enumerate(docs):
         kind = doc.get("kind")
         if kind == "TrainingJob":
             jobs.append(doc)
+        elif _is_runtime(doc):
+            runtimes.append(doc)
         elif kind is None:
             raise InputError(f"{path}: document {i + 1}: kind: required (kind: TrainingJob)")
         else:
@@ -224,7 +280,7 @@ def _jobs(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     if not jobs:
         found = ", ".join(sorted({str(d.get("kind")) for d in docs})) or "nothing"
         raise InputError(f"{path}: no TrainingJob document (found {found})")
-    return jobs, notes
+    return jobs, notes, runtimes
 
 
 _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
@@ -255,6 +311,16 @@ _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
     help="Operator config: topologyLevels, fabricProfiles, catalogOverrides.",
 )
 @click.option(
+    "--runtimes",
+    "runtime_files",
+    multiple=True,
+    metavar="RUNTIMES.yaml",
+    type=_file,
+    help="ClusterTrainingRuntime/TrainingRuntime objects the jobs name in spec.runtimeRef "
+    "(repeatable; `kubectl get clustertrainingruntimes -o yaml`). Runtimes in JOB.yaml are "
+    "used too.",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Choice(["yaml", "json"]),
@@ -263,21 +329,29 @@ _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
     help="yaml: a multi-document stream; json: one v1 List.",
 )
 def render(
-    job_file: str, nodes_file: str, pods_file: str | None, config_file: str | None, output: str
+    job_file: str,
+    nodes_file: str,
+    pods_file: str | None,
+    config_file: str | None,
+    runtime_files: tuple[str, ...],
+    output: str,
 ) -> None:
     """Print the objects the operator would create for the TrainingJob(s) in JOB.yaml on the
     given inventory, each pod pinned to its node.
 
     Exit 0: placed. 2: invalid (the message names the field). 3: valid but cannot be placed
     now (the reason follows)."""
-    given = [f for f in (job_file, nodes_file, pods_file, config_file) if f is not None]
+    given = [
+        f for f in (job_file, nodes_file, pods_file, config_file, *runtime_files) if f is not None
+    ]
     if given.count("-") > 1:
         exit_invalid("only one input can be read from standard input ('-')")
     try:
         config = load_operator_config(config_file) if config_file else OperatorConfig()
         nodes = read_objects(nodes_file, "Node", "--nodes")
         pods = read_objects(pods_file, "Pod", "--pods") if pods_file else []
-        jobs, notes = _jobs(job_file)
+        jobs, notes, inline_runtimes = _jobs(job_file)
+        runtimes = runtime_index([*_runtimes(runtime_files), *inline_runtimes])
     except ConfigError as exc:
         exit_invalid(f"--config: {exc}")
     except InputError as exc:
@@ -285,7 +359,7 @@ def render(
     for note in notes:
         click.echo(note, err=True)
 
-    results = [render_job(body, nodes, pods, config) for body in jobs]
+    results = [render_job(body, nodes, pods, config, runtimes) for body in jobs]
     several = len(results) > 1
     for r in results:
         for line in r.errors:
@@ -302,7 +376,11 @@ def render(
                 )
             )
     else:
-        chunks = [placement_header(plan) + dump_yaml_all(plan.objects) for plan in placed]
+        chunks = [
+            placement_header(r.plan, r.runtime) + dump_yaml_all(r.plan.objects)
+            for r in results
+            if r.plan is not None
+        ]
         if chunks:
             click.echo("".join(chunks), nl=False)
     sys.exit(max(r.code for r in results))
