@@ -281,6 +281,41 @@ POLICY_CASES = {
             f"{POD}.containers[0].securityContext.capabilities.add",
         ],
     ),
+    "runtime-any-when-no-list": PolicyCase({}, base().runtime_ref("pytorch"), []),
+    "runtime-bare-name-is-a-cluster-runtime": PolicyCase(
+        {"allowedRuntimes": ["pytorch"]}, base().runtime_ref("pytorch"), []
+    ),
+    "runtime-kind-and-name": PolicyCase(
+        {"allowedRuntimes": ["TrainingRuntime/team"]},
+        base().runtime_ref("team", "TrainingRuntime"),
+        [],
+    ),
+    "runtime-bare-name-is-not-a-namespaced-runtime": PolicyCase(
+        {"allowedRuntimes": ["team"]},
+        base().runtime_ref("team", "TrainingRuntime"),
+        ["spec.runtimeRef"],
+        says="TrainingRuntime team is not allowed by queue q: allowed are team",
+    ),
+    "runtime-not-on-the-list": PolicyCase(
+        {"allowedRuntimes": ["ClusterTrainingRuntime/pytorch"]},
+        base().runtime_ref("jax"),
+        ["spec.runtimeRef"],
+        says="(policy.allowedRuntimes)",
+    ),
+    "runtime-list-allows-jobs-without-one": PolicyCase(
+        {"allowedRuntimes": ["pytorch"]}, base(), []
+    ),
+    "runtime-required": PolicyCase(
+        {"requireRuntime": True},
+        base(),
+        ["spec.runtimeRef"],
+        says="requires jobs to name a runtime (policy.requireRuntime)",
+    ),
+    "runtime-required-and-named": PolicyCase(
+        {"requireRuntime": True, "allowedRuntimes": ["pytorch"]},
+        base().runtime_ref("pytorch"),
+        [],
+    ),
 }
 
 

@@ -89,6 +89,18 @@ class TenantPolicy(ApiModel):
         description="Linux capabilities templates may add (IPC_LOCK, which trainop adds for "
         "RDMA itself, is always allowed).",
     )
+    allowed_runtimes: list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(
+        default_factory=list,
+        description="Runtimes this queue's jobs may name in spec.runtimeRef: "
+        "ClusterTrainingRuntime/<name>, TrainingRuntime/<name> (in the job's namespace), or "
+        "a bare <name> for a ClusterTrainingRuntime. Empty allows any runtime.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    require_runtime: bool = Field(
+        default=False,
+        description="true: every job of this queue must name a runtime in spec.runtimeRef "
+        "(one of allowedRuntimes, when that is set).",
+    )
     compatibility_modes: list[Literal["Native", "ForwardCompat", "MinorVersionCompat"]] = Field(
         default_factory=list,
         description="CUDA compatibility modes this queue's jobs may run their image by "

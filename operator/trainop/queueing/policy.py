@@ -13,6 +13,10 @@ privileged or use hostNetwork / hostPID / hostIPC / hostPath unless allowed, nor
 runAsUser 0 (pod or container) unless allowRunAsRoot, nor add capabilities beyond
 allowedCapabilities (IPC_LOCK, which trainop adds itself for RDMA, is always allowed). Image
 prefixes match at a registry/path/tag boundary (see `image_allowed`).
+Runtimes (docs/runtimes.md): a job naming a runtime in spec.runtimeRef must name one of
+policy.allowedRuntimes when that is set, and policy.requireRuntime refuses a job naming
+none. The job is checked merged with its runtime (`runtimes.resolve` comes first), so the
+rules above see what the runtime adds too.
 maxRunningJobs is not checked here: it is a quota (the job waits, reason Quota).
 """
 
@@ -106,6 +110,7 @@ def check_policy(
         *_framework_violations(spec, policy, q),
         *_cuda_violations(spec, policy, q, cuda),
         *_gpu_violations(spec, policy, q),
+        *runtime_violations(spec, policy, q),
     ]
     for role, r in spec.replica_specs.items():
         out.extend(_template_violations(role, r.template, policy, q, prefixes))
@@ -164,6 +169,33 @@ def _cuda_violations(
         yield Violation(
             "spec.cuda",
             f"CUDA {_version_text(mm)} is above {q}'s maximum {rng.max} (policy.cuda.max)",
+        )
+
+
+def runtime_allowed(kind: str, name: str, allowed: tuple[str, ...]) -> bool:
+    """Whether runtime `kind`/`name` is on the list: Kind/name entries, or a bare name for
+    a ClusterTrainingRuntime."""
+    return f"{kind}/{name}" in allowed or (kind == "ClusterTrainingRuntime" and name in allowed)
+
+
+def runtime_violations(spec: TrainingJobSpec, policy: TenantPolicy, q: str) -> Iterator[Violation]:
+    """The runtime the job names, when policy.allowedRuntimes lists others only, or none
+    while policy.requireRuntime is set."""
+    allowed = tuple(policy.allowed_runtimes)
+    ref = spec.runtime_ref
+    listed = f": allowed are {', '.join(allowed)} (policy.allowedRuntimes)" if allowed else ""
+    if ref is None:
+        if policy.require_runtime:
+            yield Violation(
+                "spec.runtimeRef",
+                f"{q} requires jobs to name a runtime (policy.requireRuntime){listed}; "
+                "set spec.runtimeRef {kind, name}",
+            )
+        return
+    if allowed and not runtime_allowed(ref.kind, ref.name, allowed):
+        yield Violation(
+            "spec.runtimeRef",
+            f"{ref.kind} {ref.name} is not allowed by {q}{listed}",
         )
 
 
