@@ -14,10 +14,13 @@ def _plain(obj: Any) -> dict[str, Any]:
     return cast(dict[str, Any], client.ApiClient().sanitize_for_serialization(obj))
 
 
-def job_context(namespace: str, name: str) -> dict[str, Any] | None:
-    """The job, its pods, its events and its queue (None when the job does not exist)."""
-    custom = client.CustomObjectsApi()
-    core = client.CoreV1Api()
+def job_context(
+    namespace: str, name: str, api_client: client.ApiClient | None = None
+) -> dict[str, Any] | None:
+    """The job, its pods, its events and its queue (None when the job does not exist).
+    `api_client`: the SDK's own (trainop.sdk.client); the default configuration otherwise."""
+    custom = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
     try:
         job = cast(
             dict[str, Any],
