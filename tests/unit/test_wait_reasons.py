@@ -2,7 +2,8 @@
 
 Each case builds TrainingJobs (tests/builders.py) that wait for one reason, runs the admission
 cycle the operator runs (`queueing.cluster.admission_pass`, the planner as placer; the
-simulator for a wait that needs time to pass), and checks that the reason comes out as the
+simulator for a wait that needs time to pass; the shell's reading of status before the first
+cycle, for Pending), and checks that the reason comes out as the
 `WaitReason` member, then that the reconcile writes it to status as the plain string and that
 `explain` prints it. (Policy is the one reason that is not a wait: the tenant's policy refuses
 the job as written, so it is Invalid, with reason PolicyViolation and the queue's message.)
@@ -26,6 +27,7 @@ from trainop.planner import OperatorConfig
 from trainop.queueing import simulate
 from trainop.queueing.cluster import admission_pass
 from trainop.reconcile import Admission, reconcile
+from trainop.shellrules import admission_for
 
 NOW = datetime(2025, 6, 1, 12, 0, 0)
 CONFIG = OperatorConfig()
@@ -115,6 +117,15 @@ def _inadmissible() -> tuple[str, str]:
     return cycle([body("j", replicas=100)])
 
 
+def _pending() -> tuple[str, str]:
+    # Queued before, with no reason kept, and no verdict since the operator started: the
+    # reconcile carries out the wait the shell reads from status (trainop.shellrules).
+    queued = job("j", namespace="team-a").phase("Queued").build()
+    admission, _ = admission_for(None, queued, False, CONFIG, {})
+    assert admission is not None
+    return admission.reason, admission.message
+
+
 # (the reason, how a job comes to wait for it, the phase and the line `explain` shows)
 CASES: list[tuple[WaitReason, Callable[[], tuple[str, str]], str, str]] = [
     (WaitReason.QUOTA, _quota, "Queued", "Waiting:    Quota"),
@@ -124,6 +135,7 @@ CASES: list[tuple[WaitReason, Callable[[], tuple[str, str]], str, str]] = [
     (WaitReason.QUEUE_INVALID, _queue_invalid, "Queued", "Waiting:    QueueInvalid"),
     (WaitReason.TOPOLOGY, _topology, "Queued", "Waiting:    Topology"),
     (WaitReason.INADMISSIBLE, _inadmissible, "Queued", "Waiting:    Inadmissible"),
+    (WaitReason.PENDING, _pending, "Queued", "Waiting:    Pending"),
 ]
 
 

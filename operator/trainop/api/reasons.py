@@ -26,3 +26,4 @@ class WaitReason(StrEnum):
     QUEUE_INVALID = "QueueInvalid"  # its TrainingQueue is broken: it waits, never falls through
     TOPOLOGY = "Topology"  # a Preferred gang waits a bounded time for a better domain
     INADMISSIBLE = "Inadmissible"  # can never be admitted as written: waits out of line
+    PENDING = "Pending"  # not decided yet: the admission loop has not spoken (shellrules)

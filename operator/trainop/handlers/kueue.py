@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from trainop import shellrules
 from trainop.api.trainingjob import TERMINAL_PHASES
 from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube import kueue as writes
@@ -254,11 +255,7 @@ async def _tear_down(
 ) -> None:
     """Kueue took the quota back: the whole gang goes (a collective cannot run short of a
     peer), the job is Queued with Kueue's reason until the Workload is admitted again."""
-    already = any(
-        cd.get("type") == "Preempted" and cd.get("status") == "True"
-        for cd in (body.get("status") or {}).get("conditions") or []
-    )
-    if live and not already:
+    if live and not shellrules.preempted_already(body):
         message = f"Kueue evicted the Workload ({found.reason}): {found.message}"
         status = preempted_status(body, rules.EVICTED, message, _now())
         written = await asyncio.to_thread(

@@ -32,7 +32,7 @@ import kopf
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from trainop import metrics, progress
+from trainop import metrics, progress, shellrules
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue, podfeed
@@ -46,11 +46,10 @@ from trainop.kube.errors import ApplyError, backoff, classify
 from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import job_ref
-from trainop.queueing.cluster import PassResult, in_line
+from trainop.queueing.cluster import PassResult
 from trainop.queueing.model import JobDecision
 from trainop.queueing.status import queue_statuses
 from trainop.reconcile import (
-    ADMIT_ALL,
     Actions,
     Admission,
     preempted_status,
@@ -124,7 +123,7 @@ def register(shell: Shell, registry: kopf.OperatorRegistry) -> None:
     ) -> None:
         await on_job_event(shell, event, body, namespace, name)
 
-    if shell.config.external_queue == "kueue":  # Kueue's CRDs need not exist otherwise
+    if shellrules.mode(shell.config) == shellrules.Mode.KUEUE:  # else its CRDs may not exist
         kueue.register(functools.partial(reconcile_job, shell), shell.state, registry)
 
 
@@ -436,37 +435,18 @@ def _lock(shell: Shell, key: JobKey) -> asyncio.Lock | None:
 def _admission_for(
     shell: Shell, key: JobKey, body: Mapping[str, Any], live: bool
 ) -> Admission | None:
-    """The loop's verdict for a job without live pods. Not decided yet: the job's current
-    wait as its status shows it, so nothing is written until the loop has spoken (None for
-    a job that has no status yet: nothing to carry out before the first verdict)."""
-    config = shell.config
+    """The loop's verdict for a job without live pods, or its current wait, as
+    `shellrules.admission_for` reads it (None: a new job, nothing to carry out yet). A
+    verdict made for an older spec is forgotten, with its assumption."""
     mem = shell.state.jobs.get(key)
     verdict = mem.verdict if mem is not None else None
-    meta = body.get("metadata") or {}
-    if live and verdict is not None and _resize(verdict.admission, verdict.uid, meta):
-        return verdict.admission  # an elastic gang grows or shrinks (queueing.elastic)
-    if live or config.external_queue != "none" or config.gang_scheduling == "kubernetes":
-        return ADMIT_ALL  # Kueue, or kube-scheduler's PodGroups, hold the gang instead
-    if verdict is not None and verdict.uid == meta.get("uid"):
-        if not verdict.admission.admitted or verdict.generation == meta.get("generation"):
-            return verdict.admission
+    config = shell.current_config()
+    admission, stale = shellrules.admission_for(verdict, body, live, config, shell.state.priorities)
+    if stale:
         if mem is not None:
-            mem.undecided()  # made for an older spec: decide again
+            mem.undecided()
         shell.state.forget(key)
-    status = body.get("status") or {}
-    if not status.get("phase") and in_line(body, shell.state.priorities, shell.current_config()):
-        return None
-    return Admission(
-        admitted=False,
-        reason=status.get("pendingReason") or "Pending",
-        message=status.get("pendingMessage") or "waiting for the admission cycle",
-        position=status.get("queuePosition"),
-    )
-
-
-def _resize(admission: Admission, uid: str | None, meta: Mapping[str, Any]) -> bool:
-    """Whether a stored verdict resizes the running elastic gang of this job."""
-    return admission.admitted and admission.size is not None and uid == meta.get("uid")
+    return admission
 
 
 async def reconcile_job(shell: Shell, key: JobKey) -> None:
@@ -504,7 +484,7 @@ async def _reconcile_locked(shell: Shell, key: JobKey, mem: JobMemory) -> None:
             pods = state.job_pods(key, body["metadata"].get("uid"))
             live = any(not p["metadata"].get("deletionTimestamp") for p in pods)
             plan_body: Mapping[str, Any] = body
-            if shell.config.external_queue == "kueue":
+            if shellrules.mode(shell.config) == shellrules.Mode.KUEUE:
                 assert shell.api is not None
                 gated = await kueue.gate(shell.api, key, body, pods, shell.current_config(), state)
                 if gated is None:
@@ -616,15 +596,6 @@ async def _report_failure(
     state.reject(key, body["metadata"].get("generation"))
 
 
-def _counts_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """A starting gang whose only change is its pod counts: not worth a write per pod (in a
-    burst that is most of the writes); the counts go out with the next real change."""
-    if new.get("phase") != "Admitted" or old.get("phase") != "Admitted":
-        return False
-    rest = {k: v for k, v in new.items() if k != "replicaStatuses"}
-    return rest == {k: v for k, v in old.items() if k != "replicaStatuses"}
-
-
 async def _write(what: str, call: Any, *args: Any) -> Any:
     """One API write in a worker thread; a failure names the object it was about."""
     try:
@@ -653,7 +624,7 @@ async def _apply(shell: Shell, ns: str, name: str, body: dict[str, Any], acts: A
         state.assume(
             job_key(ns, name), {k: v for k, v in held.items() if v is not None}, time.monotonic()
         )
-    admitted_first = _admits(body, acts)
+    admitted_first = shellrules.admits(body, acts.status, bool(acts.create))
     if admitted_first:
         await _write_status(shell, ns, name, body, acts.status)
     await _create(shell, ns, name, body, acts)
@@ -692,12 +663,6 @@ async def _force_delete(shell: Shell, ns: str, stranded: Mapping[str, str]) -> s
     return forced
 
 
-def _admits(body: Mapping[str, Any], acts: Actions) -> bool:
-    """Whether these Actions admit a gang: they enter Admitted and create its pods."""
-    entering = (body.get("status") or {}).get("phase") != "Admitted"
-    return entering and acts.status.get("phase") == "Admitted" and bool(acts.create)
-
-
 async def _create(shell: Shell, ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
     """The SSH Secret, then Service/ConfigMap/claim templates, then the gang's pods in
     parallel; the gang's GPUs count as taken (from `_apply`) until the watch shows them."""
@@ -726,24 +691,13 @@ async def _create(shell: Shell, ns: str, name: str, body: Mapping[str, Any], act
 
 
 def _taken(shell: Shell, pod: Mapping[str, Any]) -> ApplyError | None:
-    """A create answered 409 for a pod name that something else holds (not a pod of this
-    job, nor of an earlier job of its name that garbage collection is taking away, nor one
-    being deleted): the gang can never be whole, so it fails for good, named, instead of
-    being deleted and created again on every reconcile."""
+    """A 409 that no retry fixes (`shellrules.taken_by_another`), as the permanent failure
+    the reconcile reports: the job fails, naming the pod."""
     meta = pod["metadata"]
     there = shell.state.pods.get((meta["namespace"], meta["name"]))
-    if there is None or there["metadata"].get("deletionTimestamp"):
+    message = shellrules.taken_by_another(pod, there)
+    if message is None:
         return None
-    owner = meta["ownerReferences"][0]
-    if any(
-        o.get("uid") == owner["uid"]
-        or (o.get("kind"), o.get("name")) == ("TrainingJob", owner["name"])
-        for o in there["metadata"].get("ownerReferences") or []
-    ):
-        return None
-    message = (
-        f'pods "{meta["name"]}" already exists and is not this job\'s: delete it, or rename the job'
-    )
     cause = ApiException(status=409, reason="AlreadyExists")
     cause.body = json.dumps({"message": message})
     return ApplyError(f"Pod {meta['name']}", cause)
@@ -755,7 +709,7 @@ async def _write_status(
     api = shell.api
     assert api is not None
     old = body.get("status") or {}
-    if not status or status == old or _counts_only(old, status):
+    if not status or status == old or shellrules.counts_only(old, status):
         return
     written = await asyncio.to_thread(api.patch_job_status, ns, name, status, old)
     if written is not None:
@@ -817,16 +771,10 @@ async def _evict(
     assert api is not None
     pods = shell.state.job_pods(key, victim["metadata"].get("uid"))
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    already = any(
-        cd.get("type") == "Preempted" and cd.get("status") == "True"
-        for cd in (victim.get("status") or {}).get("conditions") or []
-    )
-    if (
-        not already
-        and not note
-        and live
-        and await _checkpoint_first(shell, key, victim, decision, now)
-    ):
+    already = shellrules.preempted_already(victim)
+    can_ask = shell.progress is not None and bool(shell.config.progress_url)
+    grace = shellrules.checkpoint_first(victim, bool(live), note, can_ask)
+    if grace is not None and await _checkpoint_first(shell, key, victim, decision, now, grace):
         return  # a checkpoint is asked for: the waiter evicts when it is in, or at the deadline
     if not already:  # one status change, Event and count per eviction
         message = f"{decision.message}; {note}" if note else decision.message
@@ -844,17 +792,19 @@ async def _evict(
 
 # --- checkpoint before eviction (trainop.progress, docs/progress.md) ------------------------
 async def _checkpoint_first(
-    shell: Shell, key: JobKey, victim: Mapping[str, Any], decision: JobDecision, now: datetime
+    shell: Shell,
+    key: JobKey,
+    victim: Mapping[str, Any],
+    decision: JobDecision,
+    now: datetime,
+    grace: int,
 ) -> bool:
-    """Whether the eviction waits for a checkpoint: the job asks for one (spec.checkpoint),
-    its pods can be told (the report endpoint is on). Writes status.checkpointRequest once
-    and starts the waiter; the admission loop never waits (it may decide the same eviction
-    again meanwhile: nothing more happens)."""
-    spec = (victim.get("spec") or {}).get("checkpoint") or {}
+    """Whether the eviction waits for a checkpoint (`shellrules.checkpoint_first` said it
+    may, for `grace` seconds). Writes status.checkpointRequest once and starts the waiter;
+    the admission loop never waits (it may decide the same eviction again meanwhile:
+    nothing more happens)."""
     service = shell.progress
-    grace = int(spec.get("gracePeriodSeconds", 120))
-    if not spec or grace <= 0 or service is None or not shell.config.progress_url:
-        return False
+    assert service is not None  # checkpoint_first asks only when the endpoint is on
     mem = shell.state.jobs.get(key)
     if mem is None:
         return False  # gone meanwhile: no one to wait for

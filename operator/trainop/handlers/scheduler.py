@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from trainop import metrics
+from trainop import metrics, shellrules
 from trainop.handlers.state import JobKey, ShellState, Verdict
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
@@ -198,10 +198,11 @@ class AdmissionLoop:
         started = time.monotonic()
         now = datetime.now(UTC).replace(tzinfo=None)
         state, config = self.state, self.config()
-        if config.external_queue == "kueue":
+        held_by = shellrules.mode(config)
+        if held_by == shellrules.Mode.KUEUE:
             state.expire(started)  # assumptions of gangs created on Kueue's word
             return None  # Kueue admits and preempts (handlers.kueue): no verdicts of trainop's
-        if config.gang_scheduling == "kubernetes":
+        if held_by == shellrules.Mode.KUBERNETES:
             # kube-scheduler holds, places and preempts gangs (trainop.workload): no
             # verdicts, assumptions or evictions of trainop's own.
             return None
