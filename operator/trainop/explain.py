@@ -137,6 +137,22 @@ def _progress_lines(status: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _runtime_lines(spec: Mapping[str, Any], status: Mapping[str, Any]) -> list[str]:
+    """The runtime the job names (spec.runtimeRef) and the generation its spec was merged
+    with (status.runtime); docs/runtimes.md."""
+    ref, merged = spec.get("runtimeRef") or {}, status.get("runtime") or {}
+    if not ref and not merged:
+        return []
+    kind = merged.get("kind") or ref.get("kind") or "ClusterTrainingRuntime"
+    name = merged.get("name") or ref.get("name")
+    gen = merged.get("generation")
+    how = f"generation {gen}" if gen is not None else "not merged yet"
+    line = f"Runtime:    {kind} {name} ({how})"
+    if not spec.get("framework"):
+        line += "; framework, image and defaults come from it"
+    return [line]
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -155,6 +171,7 @@ def explain_text(
         f"Image:      {status.get('image') or '(not chosen yet)'}"
         + (f"  ({status['compatibility']})" if status.get("compatibility") else ""),
     ]
+    lines += _runtime_lines(spec, status)
     tried = status.get("imageTried") or []
     if len(tried) > 1:
         lines.append("  releases tried: " + "; ".join(tried))

@@ -201,3 +201,19 @@ def test_progress_checkpoint_and_slowest_ranks_are_shown() -> None:
     assert "last checkpoint: step 1000 at /ckpt/1000.pt" in text
     assert "slowest ranks: rank 3 on n2 1.4 s, rank 0 on n1 0.5 s" in text
     assert "checkpoint asked for at 2026-11-25T12:28:21Z (step 1200)" in text
+
+
+def test_the_runtime_and_its_generation_are_shown() -> None:
+    spec = {k: v for k, v in JOB["spec"].items() if k != "framework"}
+    spec["runtimeRef"] = {"kind": "ClusterTrainingRuntime", "name": "pytorch"}
+    merged = {
+        **JOB,
+        "spec": spec,
+        "status": {
+            "runtime": {"kind": "ClusterTrainingRuntime", "name": "pytorch", "generation": 3}
+        },
+    }
+    text = explain_text(merged, [], [], None)
+    assert "Runtime:    ClusterTrainingRuntime pytorch (generation 3); framework" in text
+    waiting = explain_text({**JOB, "spec": spec}, [], [], None)
+    assert "Runtime:    ClusterTrainingRuntime pytorch (not merged yet)" in waiting
