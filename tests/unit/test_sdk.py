@@ -413,6 +413,15 @@ SUBMITTED = [
         {"metadata": {"name": "r"}, "spec": {"runtimeRef": {"name": "torch"}}},
         ("default", "r"),
     ),
+    (
+        "a job read back: server fields and status dropped",
+        {
+            **EXAMPLE,
+            "metadata": {**EXAMPLE["metadata"], "resourceVersion": "7", "uid": "u"},
+            "status": {"phase": "Running"},
+        },
+        ("team", "bert"),
+    ),
 ]
 
 
@@ -420,6 +429,7 @@ SUBMITTED = [
 def test_submit_takes_dicts_and_yaml(name: str, given: Any, want: tuple[str, str]) -> None:
     body = jobs.coerce_job(given, "default")
     assert (body["metadata"]["namespace"], body["metadata"]["name"]) == want
+    assert not set(body["metadata"]) & set(jobs.SERVER_SET) and "status" not in body
 
 
 BAD_SUBMITTED = [

@@ -59,6 +59,11 @@ SDK_ANNOTATION = "trainop.dev/sdk-function"
 MAX_NAME = 40  # pods are <job>-worker-<index>, hostnames of at most 63 characters
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# What the API server sets on an object it stores: dropped from a submitted job.
+SERVER_SET = (
+    "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields",
+    "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds",
+)  # fmt: skip
 # The variables train() itself sets: env= may not override them.
 RESERVED_ENV = (PAYLOAD_ENV,)
 
@@ -227,7 +232,8 @@ def coerce_job(job: Any, namespace: str) -> dict[str, Any]:
             "apiVersion",
             f"expected {c.API_VERSION} TrainingJob, got {body['apiVersion']} {body['kind']}",
         )
-    meta = dict(body.get("metadata") or {})
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in SERVER_SET}
+    body.pop("status", None)  # a job read back (get().raw) submits as a new one
     if not meta.get("name"):
         raise InvalidJobError("metadata.name", "required")
     meta["namespace"] = meta.get("namespace") or namespace
