@@ -43,6 +43,8 @@ def topology_key(topology: str, mode: str, levels: Sequence[str]) -> str | None:
     gang gets none (the upstream API has no preference to express it)."""
     if mode != "Required" or topology == "none" or not levels:
         return None
+    if topology == "clique":  # nvidia.com/gpu.clique, written by GPU feature discovery
+        return c.LABEL_GPU_CLIQUE
     position = {"node": 1, "rack": 2, "block": 3}[topology]
     return levels[-position] if position <= len(levels) else None
 

@@ -359,7 +359,7 @@ def training_jobs(draw: st.DrawFn, namespace: str) -> dict[str, Any]:
         tpl = draw(st.none() | pod_templates())
         b.role(role, replicas, gpus, tpl)
     one_gpu = sorted(n * g for n, g in roles.values() if g) == [1]
-    topology, mode = _maybe(draw, ["none", "node", "rack", "block"]), None
+    topology, mode = _maybe(draw, ["none", "node", "clique", "rack", "block"]), None
     if topology is not None or draw(st.booleans()):
         mode = _maybe(draw, ["Required", "Preferred"])
     products = draw(st.lists(st.sampled_from(PRODUCTS), max_size=2, unique=True))

@@ -72,11 +72,12 @@ class ReplicaSpec(ApiModel):
 
 
 class Placement(ApiModel):
-    topology: Literal["none", "node", "rack", "block"] = Field(
+    topology: Literal["none", "node", "clique", "rack", "block"] = Field(
         default="rack",
-        description="Network domain the gang should fit in: node | rack | block | none. "
-        "The smallest domain that holds the whole gang is always preferred (one node, one "
-        "NVLink clique, one rack, one block).",
+        description="Network domain the gang should fit in: node | clique | rack | block | "
+        "none. clique is one multi-node NVLink domain (label nvidia.com/gpu.clique, e.g. a "
+        "GB200 NVL72 rack). The smallest domain that holds the whole gang is always preferred "
+        "(one node, one NVLink clique, one rack, one block).",
     )
     mode: Literal["Required", "Preferred"] = Field(
         default="Preferred",

@@ -574,7 +574,9 @@ def _tiers(
     tiers = [NODE, CLIQUE]
     tiers += [names[k] for k in reversed(snapshot.levels[:-1])]
     tiers.append(CLUSTER)
-    wanted = {"none": CLUSTER, "node": NODE, "rack": RACK, "block": BLOCK}[request.topology]
+    wanted = {"none": CLUSTER, "node": NODE, "clique": CLIQUE, "rack": RACK, "block": BLOCK}[
+        request.topology
+    ]
     wanted_at = tiers.index(wanted) if wanted in tiers else len(tiers) - 1
     last = wanted_at if request.mode == "Required" else len(tiers) - 1
     return tiers, wanted_at, last
@@ -630,11 +632,15 @@ def _fragmented(tree: _Tree, gang: _Gang, details: list[str]) -> NoFit:
 def _unlabelled_level(
     snapshot: Snapshot, request: GangRequest, gang: _Gang, eligible: Sequence[NodeInfo]
 ) -> NoFit | None:
-    """A Required rack or block for a gang of several pods when no eligible node carries that
-    level's label: every node would sit in one `<unlabelled>` domain and the gang would be
-    "placed in one rack" spanning the whole cluster, so it is refused, naming the label. One
-    pod is always within one rack and is not refused."""
-    if request.mode != "Required" or request.topology not in (RACK, BLOCK) or len(gang.reps) < 2:
+    """A Required clique, rack or block for a gang of several pods when no eligible node
+    carries that level's label: every node would sit in one `<unlabelled>` domain and the
+    gang would be "placed in one rack" spanning the whole cluster, so it is refused, naming
+    the label. One pod is always within one rack and is not refused."""
+    if (
+        request.mode != "Required"
+        or request.topology not in (CLIQUE, RACK, BLOCK)
+        or len(gang.reps) < 2
+    ):
         return None
     names = level_names(snapshot.levels)
     key = next((k for k, name in names.items() if name == request.topology), None)
@@ -642,7 +648,8 @@ def _unlabelled_level(
         return None
 
     def labelled() -> bool:
-        return any(n.level_value(key) != UNLABELLED for n in eligible)
+        # a configured level reads UNLABELLED on a node without it, the clique None
+        return any(n.level_value(key) not in (None, UNLABELLED) for n in eligible)
 
     if request.filter_key is None:
         found = labelled()
@@ -651,6 +658,11 @@ def _unlabelled_level(
         found = snapshot.memo(memo, labelled)
     if found:
         return None
+    if request.topology == CLIQUE:
+        return NoFit(
+            f"topology clique is Required, but no eligible node carries label {key} (GPU "
+            "feature discovery writes it on multi-node NVLink systems such as GB200 NVL72)"
+        )
     return NoFit(
         f"topology {request.topology} is Required, but no eligible node carries label {key}; "
         f"label {request.topology}s with it or set topologyLevels"

@@ -9,11 +9,11 @@ from typing import Any, Literal
 from trainop.inventory import FrozenMap, NodeInfo, TopologyPath
 from trainop.placement.cost import AllreduceEstimate, FabricCost
 
-Topology = Literal["none", "node", "rack", "block"]
+Topology = Literal["none", "node", "clique", "rack", "block"]
 Mode = Literal["Required", "Preferred"]
 NodeFilter = Callable[[NodeInfo], str | None]
 
-TOPOLOGIES: tuple[str, ...] = ("none", "node", "rack", "block")
+TOPOLOGIES: tuple[str, ...] = ("none", "node", "clique", "rack", "block")
 MODES: tuple[str, ...] = ("Required", "Preferred")
 
 

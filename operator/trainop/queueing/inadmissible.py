@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from trainop.inventory import Snapshot
-from trainop.placement import BLOCK, NODE, RACK, level_names
+from trainop.placement import BLOCK, CLIQUE, NODE, RACK, level_names
 from trainop.queueing.model import QueueState, QuotaGroup
 
 
@@ -42,7 +42,7 @@ def _alloc(snapshot: Snapshot, products: tuple[str, ...]) -> tuple[int, int]:
 
 
 def _largest_domain(snapshot: Snapshot, level: str, products: tuple[str, ...]) -> int | None:
-    """The most GPUs allocatable in one domain of `level` (rack, block, node); None when
+    """The most GPUs allocatable in one domain of `level` (rack, block, clique, node); None when
     the fleet's topology has no such level."""
 
     def largest() -> int | None:
@@ -79,7 +79,7 @@ def fleet_shortfall(
         return (
             f"a replica needs {largest_replica} GPUs on one node; the largest node has {most}{what}"
         )
-    if mode == "Required" and topology in (RACK, BLOCK, NODE):
+    if mode == "Required" and topology in (RACK, BLOCK, NODE, CLIQUE):
         room = _largest_domain(snapshot, topology, allowed)
         if room is not None and gpus > room:
             return (
