@@ -11,6 +11,7 @@ node selectors.
 from __future__ import annotations
 
 import copy
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,14 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
+from pydantic import BaseModel
 
 from tests.unit.manifest_helpers import FLEET_NODES, env_of, pods_of
+from trainop.api.trainingjob import TrainingJobSpec
 from trainop.cli.main import cli
 from trainop.convert import NOT_CONVERTED, check, convert_documents
+from trainop.convert.coverage import SPEC_FIELDS
+from trainop.runtimes import Resolved, resolve, runtime_index
 from trainop.yamlio import dump_yaml_all
 
 DATA = Path(__file__).parent / "data" / "convert"
@@ -81,19 +86,18 @@ CASES = [
                 "restartPolicy": "OnFailure",
                 "successPolicy": "RankZero",
             },
+            "elastic": {"minReplicas": 1, "maxReplicas": 4},
         },
         frozenset(
             {
-                "spec.elasticPolicy.minReplicas",
                 "spec.elasticPolicy.maxReplicas",
-                "spec.elasticPolicy.rdzvBackend",
                 "spec.elasticPolicy.maxRestarts",
                 "spec.runPolicy.schedulingPolicy.queue",
                 "spec.runPolicy.schedulingPolicy.minResources",
                 "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
             }
         ),
-        roles={"Worker": {"replicas": 2, "gpus": 8}},
+        roles={"Worker": {"replicas": 4, "gpus": 8}},
     ),
     Case(
         "tfjob: Master becomes Chief, CPU parameter servers, an Evaluator with its own image",
@@ -187,6 +191,21 @@ CASES = [
         roles={"Worker": {"replicas": 3, "gpus": 1}},
     ),
     Case(
+        "jaxjob: one Worker role, Kubeflow's jax container, restart policy mapped",
+        ("jaxjob.yaml",),
+        {
+            "framework": {"name": "jax"},
+            "image": "docker.io/kubeflow/jaxjob-simple:latest",
+            "runPolicy": {
+                "backoffLimit": 2,
+                "restartPolicy": "OnFailure",
+                "successPolicy": "AllWorkers",
+            },
+        },
+        frozenset(),
+        roles={"Worker": {"replicas": 2, "gpus": 8}},
+    ),
+    Case(
         "trainjob v2.1 + ClusterTrainingRuntime in the same file: trainer, overrides, maxRestarts",
         ("trainjob-torch.yaml",),
         {
@@ -203,8 +222,8 @@ CASES = [
             {
                 "spec.initializer.dataset",
                 "spec.labels",
-                "ClusterTrainingRuntime torch-distributed spec.template.spec.replicatedJobs[0]",
-                "ClusterTrainingRuntime torch-distributed "
+                # the runtime's own, now that it converts to a trainop runtime
+                "spec.template.spec.replicatedJobs[0]",
                 "spec.podGroupPolicy.coscheduling.scheduleTimeoutSeconds",
             }
         ),
@@ -224,10 +243,7 @@ CASES = [
         },
         frozenset(
             {
-                "spec.managedBy",
-                "TrainingRuntime deepspeed spec.mlPolicy.mpi.sshAuthMountPath",
-                "TrainingRuntime deepspeed spec.mlPolicy.mpi.runLauncherAsNode",
-                "TrainingRuntime deepspeed spec.template.spec.network",
+                "spec.managedBy",  # the --runtime runtime is not converted: no notes of its own
             }
         ),
         runtime=("runtime-deepspeed.yaml",),
@@ -241,21 +257,39 @@ def convert(case: Case) -> Result:
     return run("convert", *(str(DATA / f) for f in case.files), *extra)
 
 
+def split(objs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The one TrainingJob among the converted objects, and the runtimes."""
+    (job,) = [o for o in objs if o["kind"] == "TrainingJob"]
+    return job, [o for o in objs if o["kind"] != "TrainingJob"]
+
+
+def runtimes_of(case: Case) -> list[dict[str, Any]]:
+    """The --runtime files of a case converted on their own, as a platform team would."""
+    if not case.runtime:
+        return []
+    result = run("convert", *(str(DATA / f) for f in case.runtime))
+    assert result.exit_code == 0, result.stderr
+    return docs(result)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_converts_with_every_unmapped_field_named(case: Case) -> None:
     result = convert(case)
     assert result.exit_code == 0, result.stderr
-    (job,) = docs(result)
-    assert job["apiVersion"] == "trainop.dev/v1alpha1" and job["kind"] == "TrainingJob"
+    job, runtimes = split(docs(result))
+    assert job["apiVersion"] == "trainop.dev/v1alpha1"
+    index = runtime_index([*runtimes, *runtimes_of(case)])
+    merged = resolve(job, index)
+    assert isinstance(merged, Resolved), merged
     for key, value in case.spec.items():
-        assert job["spec"][key] == value, key
+        assert merged.body["spec"][key] == value, key
     got_roles = {
         role: {k: v for k, v in rs.items() if k in ("replicas", "gpus")}
-        for role, rs in job["spec"]["replicaSpecs"].items()
+        for role, rs in merged.body["spec"]["replicaSpecs"].items()
     }
     assert got_roles == case.roles
     assert noted_paths(result) == case.notes, result.stderr
-    assert check(job) == []
+    assert check(job, index) == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -265,22 +299,33 @@ def test_converted_job_renders_on_the_example_fleet(case: Case, tmp_path: Path) 
     assert (
         run("convert", *(str(DATA / f) for f in case.files), *extra, "-o", str(out)).exit_code == 0
     )
-    result = run("render", str(out), "--nodes", str(FLEET_NODES))
+    rts = tmp_path / "runtimes.yaml"
+    rts.write_text(dump_yaml_all(runtimes_of(case)))
+    with_rts = ["--runtimes", str(rts)] if case.runtime else []
+    result = run("render", str(out), "--nodes", str(FLEET_NODES), *with_rts)
     assert result.exit_code == 0, result.stderr
-    job = yaml.safe_load(out.read_text())
-    pods = pods_of(docs(result))
-    assert len(pods) == sum(rs["replicas"] for rs in job["spec"]["replicaSpecs"].values())
+    job, runtimes = split([d for d in yaml.safe_load_all(out.read_text()) if d])
+    merged = resolve(job, runtime_index([*runtimes, *runtimes_of(case)]))
+    assert isinstance(merged, Resolved)
+    roles = merged.body["spec"]["replicaSpecs"].values()
+    assert len(pods_of(docs(result))) == sum(rs.get("replicas", 1) for rs in roles)
 
 
 # --- what the pods keep: the Kubeflow job's own fields, through render -----------------------
 
 
 def rendered_pods(tmp: Path, files: list[str], *extra: str) -> dict[str, dict[str, Any]]:
-    """The pods `trainop render` makes of the converted files, by name."""
+    """The pods `trainop render` makes of the converted files, by name (`extra`: --runtime
+    files, converted on their own and given to render)."""
     p = tmp / "converted.yaml"
     result = run("convert", *(str(DATA / f) for f in files), *extra, "-o", str(p))
     assert result.exit_code == 0, result.stderr
-    rendered = run("render", str(p), "--nodes", str(FLEET_NODES))
+    with_rts: list[str] = []
+    if extra:
+        rts = tmp / "runtimes.yaml"
+        assert run("convert", *extra[1::2], "-o", str(rts)).exit_code == 0
+        with_rts = ["--runtimes", str(rts)]
+    rendered = run("render", str(p), "--nodes", str(FLEET_NODES), *with_rts)
     assert rendered.exit_code == 0, rendered.stderr
     return {pod["metadata"]["name"]: pod for pod in pods_of(docs(rendered))}
 
@@ -288,7 +333,7 @@ def rendered_pods(tmp: Path, files: list[str], *extra: str) -> dict[str, dict[st
 def test_pytorchjob_pod_fields_survive_conversion_and_render(tmp_path: Path) -> None:
     pods = rendered_pods(tmp_path, ["pytorchjob.yaml"])
     source = load("pytorchjob.yaml")[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    assert sorted(pods) == ["bert-worker-0", "bert-worker-1"]
+    assert sorted(pods) == [f"bert-worker-{i}" for i in range(4)]  # elastic, at maxReplicas
     for pod in pods.values():
         main, logger = pod["spec"]["containers"]
         assert main["name"] == "pytorch" and logger["name"] == "logger"  # trainer first
@@ -444,7 +489,7 @@ def test_master_template_unlike_the_workers_is_listed() -> None:
 
 
 def test_worker_only_pytorchjob_succeeds_when_all_workers_do() -> None:
-    job, _ = converted(pytorchjob(spec__pytorchReplicaSpecs__Master=None))
+    job, _ = converted(pytorchjob(spec__pytorchReplicaSpecs__Master=None, spec__elasticPolicy=None))
     assert job["spec"]["runPolicy"]["successPolicy"] == "AllWorkers"
     assert job["spec"]["replicaSpecs"]["Worker"]["replicas"] == 1
 
@@ -582,9 +627,21 @@ def test_several_files_one_stream_and_output_file(tmp_path: Path) -> None:
     assert names == ["bert", "ernie"]
 
 
-def test_only_runtimes_is_an_error() -> None:
+def test_a_runtime_alone_converts_to_a_trainop_runtime() -> None:
     result = run("convert", str(DATA / "runtime-deepspeed.yaml"))
-    assert result.exit_code == 2 and "no Kubeflow job" in result.stderr
+    assert result.exit_code == 0, result.stderr
+    (rt,) = docs(result)
+    assert (rt["apiVersion"], rt["kind"]) == ("trainop.dev/v1alpha1", "TrainingRuntime")
+    assert rt["metadata"] == {"name": "deepspeed", "namespace": "team-a"}
+    assert rt["spec"]["framework"] == {"name": "mpi"}
+    assert sorted(rt["spec"]["replicaSpecs"]) == ["Launcher", "Worker"]
+
+
+def test_nothing_to_convert_is_an_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("---\n")
+    result = run("convert", str(empty))
+    assert result.exit_code == 2 and "no Kubeflow job or runtime" in result.stderr
 
 
 MALFORMED_CASES = [
@@ -649,3 +706,159 @@ def test_one_bad_job_exits_2_and_the_good_ones_are_still_written() -> None:
     assert result.exit_code == 2
     assert "error: MXJob default/m: apiVersion/kind: kubeflow.org/v1 MXJob" in result.stderr
     assert [d["metadata"]["name"] for d in docs(result)] == ["ernie"]
+
+
+# --- PyTorchJob elasticPolicy -> spec.elastic (issue 34) ---------------------------------
+
+ELASTIC_CASES = [
+    # (id, elasticPolicy, Worker replicas, spec.elastic wanted, paths noted)
+    (
+        "min-and-max",
+        {"minReplicas": 1, "maxReplicas": 2},
+        2,
+        {"minReplicas": 1, "maxReplicas": 2},
+        set(),
+    ),
+    ("max-only-min-is-max", {"maxReplicas": 2}, 2, {"minReplicas": 2, "maxReplicas": 2}, set()),
+    (
+        "min-only-max-is-the-workers",
+        {"minReplicas": 1},
+        2,
+        {"minReplicas": 1, "maxReplicas": 2},
+        set(),
+    ),
+    (
+        "max-above-the-workers-resizes-them",
+        {"minReplicas": 1, "maxReplicas": 3},
+        3,
+        {"minReplicas": 1, "maxReplicas": 3},
+        {"spec.elasticPolicy.maxReplicas"},
+    ),
+    (
+        "etcd-rendezvous-is-noted",
+        {"maxReplicas": 2, "rdzvBackend": "etcd", "rdzvHost": "etcd", "rdzvPort": 2379},
+        2,
+        {"minReplicas": 2, "maxReplicas": 2},
+        {
+            "spec.elasticPolicy.rdzvBackend",
+            "spec.elasticPolicy.rdzvHost",
+            "spec.elasticPolicy.rdzvPort",
+        },
+    ),
+    (
+        "last-call-timeout-is-mapped",
+        {
+            "maxReplicas": 2,
+            "rdzvConf": [
+                {"key": "last_call_timeout", "value": "5"},
+                {"key": "join_timeout", "value": "9"},
+            ],
+        },
+        2,
+        {"minReplicas": 2, "maxReplicas": 2, "rendezvousLastCallSeconds": 5},
+        {"spec.elasticPolicy.rdzvConf[1]"},
+    ),
+    (
+        "hpa-metrics-and-restarts-are-noted",
+        {"maxReplicas": 2, "maxRestarts": 3, "metrics": [{"type": "Resource"}], "standalone": True},
+        2,
+        {"minReplicas": 2, "maxReplicas": 2},
+        {
+            "spec.elasticPolicy.maxRestarts",
+            "spec.elasticPolicy.metrics",
+            "spec.elasticPolicy.standalone",
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "workers", "want", "noted"), [pytest.param(*c[1:], id=c[0]) for c in ELASTIC_CASES]
+)
+def test_elastic_policy(
+    policy: dict[str, Any], workers: int, want: dict[str, Any], noted: set[str]
+) -> None:
+    body = pytorchjob(spec__elasticPolicy=policy, spec__pytorchReplicaSpecs__Master=None)
+    body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 2
+    job, notes = converted(body)
+    assert job["spec"]["elastic"] == want
+    assert job["spec"]["replicaSpecs"]["Worker"]["replicas"] == workers
+    assert {p for p in notes if p.startswith("spec.elasticPolicy")} == noted
+    assert check(job) == []
+
+
+def test_a_min_above_max_is_refused_naming_the_field() -> None:
+    (out,) = convert_documents(
+        [pytorchjob(spec__elasticPolicy={"minReplicas": 4, "maxReplicas": 2})]
+    )
+    assert out.errors == ["spec.elasticPolicy.minReplicas: 4 exceeds maxReplicas (2)"]
+
+
+def test_a_trainer_runtime_with_a_torch_elastic_policy() -> None:
+    (out,) = convert_documents(load("runtime-torch-elastic.yaml"))
+    assert out.errors == [] and out.job is not None
+    spec = out.job["spec"]
+    assert spec["elastic"] == {"minReplicas": 2, "maxReplicas": 4}
+    assert spec["replicaSpecs"]["Worker"] == {
+        "replicas": 4,
+        "gpus": 8,
+        "template": {"spec": {"containers": [{"name": "node"}]}},
+    }
+    assert spec["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert {n.path for n in out.notes} == {"spec.mlPolicy.torch.elasticPolicy.maxRestarts"}
+
+
+def test_a_trainjob_names_its_runtime_and_keeps_only_its_own_fields() -> None:
+    out = convert_documents(load("trainjob-torch.yaml"))
+    runtime, job = (o.job for o in out)
+    assert runtime is not None and job is not None
+    assert (
+        runtime["kind"] == "ClusterTrainingRuntime"
+        and runtime["metadata"]["name"] == "torch-distributed"
+    )
+    assert job["spec"]["runtimeRef"] == {
+        "kind": "ClusterTrainingRuntime",
+        "name": "torch-distributed",
+    }
+    assert "framework" not in job["spec"]  # the runtime's, not inlined
+    (container,) = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert container["name"] == "node"  # merges by name onto the runtime's trainer container
+
+
+# --- every TrainingJob spec field has a decided conversion --------------------------------
+
+
+def _model_of(ann: Any) -> tuple[Any, str]:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann, ""
+    args = typing.get_args(ann)
+    if typing.get_origin(ann) is dict:
+        model, _ = _model_of(args[1])
+        return (model, ".*") if model else (None, "")
+    for a in args:
+        model, suffix = _model_of(a)
+        if model:
+            return model, suffix
+    return None, ""
+
+
+def spec_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every field path of a spec model, nested models included ("*" for a map's values)."""
+    out = []
+    for name, f in model.model_fields.items():
+        path = prefix + (f.alias or name)
+        out.append(path)
+        sub, suffix = _model_of(f.annotation)
+        if sub is not None:
+            out += spec_paths(sub, f"{path}{suffix}.")
+    return out
+
+
+def test_every_trainingjob_field_has_a_conversion_decided() -> None:
+    fields = set(spec_paths(TrainingJobSpec))
+    unknown = sorted(fields - set(SPEC_FIELDS))
+    assert not unknown, (
+        f"TrainingJob spec fields no converter knows about: {unknown}; say in "
+        "trainop/convert/coverage.py SPEC_FIELDS which Kubeflow field fills each, or why none"
+    )
+    assert not sorted(set(SPEC_FIELDS) - fields), "coverage.py lists fields the API no longer has"

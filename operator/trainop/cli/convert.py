@@ -1,5 +1,7 @@
 """`trainop convert FILE...`: Kubeflow jobs (PyTorchJob, TFJob, MPIJob, PaddleJob, XGBoostJob,
-TrainJob) -> TrainingJobs, as a multi-document YAML stream on stdout (or -o FILE).
+JAXJob, TrainJob) -> TrainingJobs, and Kubeflow Trainer runtimes -> trainop runtimes, as a
+multi-document YAML stream on stdout (or -o FILE). A TrainJob becomes a TrainingJob that
+names the converted runtime in spec.runtimeRef (docs/runtimes.md).
 
 Every input field with no trainop equivalent is one stderr line, `<Kind> <ns>/<name>:
 <field path>: <what to do>`. Exit codes: 0 converted; 2 an input is unreadable, of a kind
@@ -52,8 +54,8 @@ def report(results: list[Converted]) -> bool:
     multiple=True,
     metavar="FILE",
     type=_file,
-    help="ClusterTrainingRuntime/TrainingRuntime objects the TrainJobs name (repeatable); "
-    "runtimes inside FILE... are used too.",
+    help="ClusterTrainingRuntime/TrainingRuntime objects the TrainJobs name (repeatable), "
+    "used to check them, not converted; runtimes inside FILE... are converted too.",
 )
 @click.option(
     "-o",
@@ -64,7 +66,8 @@ def report(results: list[Converted]) -> bool:
     help="Write the TrainingJobs here instead of standard output.",
 )
 def convert(files: tuple[str, ...], runtime_files: tuple[str, ...], output: str | None) -> None:
-    """Convert Kubeflow training jobs in FILE... ('-' for stdin) into TrainingJobs.
+    """Convert Kubeflow training jobs and runtimes in FILE... ('-' for stdin) into
+    TrainingJobs and trainop runtimes.
 
     Each field with no trainop equivalent is listed on stderr with what to do. Exit 0:
     converted. 2: unreadable input, unknown kind, missing runtime, or a result trainop
@@ -79,7 +82,7 @@ def convert(files: tuple[str, ...], runtime_files: tuple[str, ...], output: str 
             )
     results = convert_documents(docs, runtimes)
     if not results:
-        exit_invalid(f"no Kubeflow job in {', '.join(files)} (only runtimes, or empty)")
+        exit_invalid(f"no Kubeflow job or runtime in {', '.join(files)}")
     failed = report(results)
     text = dump_yaml_all([r.job for r in results if r.job is not None])
     if output:

@@ -70,6 +70,8 @@ class Source:
     @property
     def who(self) -> str:
         meta = self.body.get("metadata") or {}
+        if self.kind == "ClusterTrainingRuntime":  # cluster-scoped
+            return f"{self.kind} {meta.get('name') or '?'}"
         return f"{self.kind} {meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
 
     def peek(self, path: str, default: Any = None) -> Any:

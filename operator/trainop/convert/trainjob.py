@@ -1,11 +1,13 @@
-"""TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2) + its runtime -> a TrainingJob.
+"""TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2) -> a TrainingJob that names
+the converted runtime in spec.runtimeRef (docs/runtimes.md), not an inlined copy of it.
 
-The runtime's mlPolicy picks the framework (torch -> pytorch, mpi -> mpi, jax -> jax,
-xgboost -> pytorch, as for XGBoostJob); its replicated Job `node` becomes the Worker role
-(`launcher` the Launcher for MPI). spec.trainer (image, command, args, env,
-resourcesPerNode, numNodes) and spec.podTemplateOverrides (v2.1/v2.2) or spec.runtimePatches
-(v2.3) are applied to those pod templates first, as the Trainer controller would. The JobSet
-failurePolicy.maxRestarts restarts the whole JobSet, i.e. trainop's gang restart. Types:
+The job keeps only what is its own: spec.trainer (image -> spec.image; command, args, env
+and resourcesPerNode onto the trainer container, by the runtime container's name, so the
+runtime merge puts them in place; numNodes -> Worker replicas), spec.podTemplateOverrides
+(v2.1/v2.2) and spec.runtimePatches (v2.3) as the roles' templates, suspend and
+activeDeadlineSeconds. The runtime itself converts to a trainop runtime of the same kind and
+name (`trainer_runtime`); the TrainJob's runtime must be among the inputs so the result can
+be checked merged with it. Types:
 https://github.com/kubeflow/trainer/blob/v2.1.0/pkg/apis/trainer/v1alpha1/trainjob_types.go
 https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/apis/trainer/v1alpha1/trainjob_types.go
 """
@@ -15,16 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainop.api import constants as c
 from trainop.convert.common import (
     ConvertError,
-    Role,
     Source,
     as_count,
     main_container,
     nproc_note,
-    shape_template,
+    take_gpus,
     take_metadata,
-    training_job,
 )
 from trainop.convert.runtime import (
     LAUNCHER,
@@ -35,89 +36,98 @@ from trainop.convert.runtime import (
     find_runtime,
     merge_env,
     replicated_jobs,
-    runtime_key,
     trainer_job,
 )
-from trainop.convert.xgboost import FRAMEWORK_NOTE
+from trainop.convert.trainer_runtime import ml_framework
 
-_ML = {"torch": "pytorch", "mpi": "mpi", "jax": "jax", "xgboost": "pytorch"}
-ELASTIC = "no equivalent: trainop runs a static gang of numNodes Workers"
 Jobs = dict[str, ReplicatedJob]
+ROLE_OF = {NODE: "Worker", LAUNCHER: "Launcher"}
 
 
 def convert(src: Source, runtimes: Mapping[RuntimeKey, Mapping[str, Any]]) -> dict[str, Any]:
     meta = take_metadata(src)
-    rt = Source(find_runtime(src, runtimes))
-    rt.used.add("metadata")  # the runtime's identity: it is not converted itself
-    framework, nproc = _ml_policy(src, rt)
-    jobs = replicated_jobs(rt)
+    rt_body = find_runtime(src, runtimes)
+    rt = Source(rt_body)  # read only: the runtime's own notes go with its own conversion
+    _, framework = ml_framework(rt)
+    jobs = _stubs(replicated_jobs(rt))
     if framework == "mpi" and LAUNCHER not in jobs:
         raise ConvertError("spec.runtimeRef", "an mpi runtime needs a replicated Job launcher")
-    _apply_trainer(src, jobs, trainer_job(jobs))
+    trainer = trainer_job(jobs)
+    _apply_trainer(src, jobs, trainer)
     _apply_patches(src, jobs)
-    default_nodes = rt.get("spec.mlPolicy.numNodes") or 1
-    nodes = src.get("spec.trainer.numNodes") or default_nodes
-    roles = {"Worker": _role(rt, jobs[NODE], as_count(nodes, "spec.trainer.numNodes", minimum=1))}
-    if framework == "mpi":
-        roles["Launcher"] = _role(rt, jobs[LAUNCHER], 1)
-    trainer_nproc = src.get("spec.trainer.numProcPerNode")
-    nproc_note(src, "spec.trainer.numProcPerNode", trainer_nproc, roles["Worker"].gpus)
-    if trainer_nproc is None:
-        nproc_note(rt, _ml_path(rt) + ".numProcPerNode", nproc, roles["Worker"].gpus)
-    run = _run_policy(src, rt, framework)
-    _unmapped_spec(src, rt)
-    _runtime_notes(src, rt)
-    return training_job(meta, framework, roles, run, {})
+    spec: dict[str, Any] = {
+        "runtimeRef": {"kind": rt.kind, "name": str((rt_body.get("metadata") or {}).get("name"))}
+    }
+    image = src.get("spec.trainer.image")
+    if image and trainer == NODE:  # the whole job's image; a launcher-only image stays put
+        spec["image"] = image
+        main = _container(jobs[NODE].template, NODE, LAUNCHER)
+        main.pop("image", None)
+    roles = _replica_specs(src, jobs)
+    if roles:
+        spec["replicaSpecs"] = roles
+    run = _run_policy(src)
+    if run:
+        spec["runPolicy"] = run
+    _unmapped_spec(src)
+    return {"apiVersion": c.API_VERSION, "kind": "TrainingJob", "metadata": meta, "spec": spec}
 
 
-def _ml_path(rt: Source) -> str:
-    ml = rt.peek("spec.mlPolicy") or {}
-    return "spec.mlPolicy." + next((k for k in ml if k != "numNodes"), "")
+def _stubs(jobs: Jobs) -> Jobs:
+    """The runtime's replicated Jobs with pod templates that only name their containers:
+    what the TrainJob changes is written onto them, and only that stays in the job."""
+    out = {}
+    for name, job in jobs.items():
+        containers = (job.template.get("spec") or {}).get("containers") or []
+        stub = {"spec": {"containers": [{"name": x.get("name")} for x in containers]}}
+        out[name] = ReplicatedJob(job.path, stub, job.trainer)
+    return out
 
 
-def _ml_policy(src: Source, rt: Source) -> tuple[str, Any]:
-    """The trainop framework and the runtime's numProcPerNode; other policy fields listed."""
-    kinds = [k for k in rt.mapping("spec.mlPolicy") if k != "numNodes"]
-    if not kinds or kinds[0] not in _ML:
-        got = kinds[0] if kinds else "none"
-        raise ConvertError(
-            "spec.runtimeRef",
-            f"runtime {rt.who}: spec.mlPolicy {got}: trainop has no framework for it "
-            "(it converts torch, mpi, jax and xgboost runtimes)",
-        )
-    if kinds[0] == "xgboost":
-        src.note("spec.runtimeRef", FRAMEWORK_NOTE)
-    path = f"spec.mlPolicy.{kinds[0]}"
-    rt.used.add(path)
-    policy = rt.mapping(path)
-    impl = policy.get("mpiImplementation")
-    if impl not in (None, "OpenMPI"):
-        rt.note(f"{path}.mpiImplementation", f"{impl}: trainop's hostfile and env are for Open MPI")
-    if policy.get("sshAuthMountPath"):
-        rt.note(
-            f"{path}.sshAuthMountPath",
-            "no equivalent: trainop mounts the job's SSH keys at /etc/trainop-ssh "
-            "(trainop-launch copies them to ~/.ssh); copy them yourself in other images",
-        )
-    if policy.get("runLauncherAsNode"):
-        rt.note(
-            f"{path}.runLauncherAsNode",
-            "no equivalent: trainop's Launcher runs no ranks; the job gets numNodes Workers "
-            "and a CPU-only Launcher",
-        )
-    for key in sorted(
-        set(policy)
-        - {"numProcPerNode", "mpiImplementation", "sshAuthMountPath", "runLauncherAsNode"}
-    ):
-        rt.note(f"{path}.{key}", ELASTIC if key == "elasticPolicy" else "no equivalent")
-    return _ML[kinds[0]], policy.get("numProcPerNode")
+def _pruned(template: dict[str, Any]) -> dict[str, Any]:
+    """The stub minus containers nothing was written onto, and empty parts."""
+    pod = template.get("spec") or {}
+    containers = [x for x in pod.get("containers") or [] if set(x) - {"name"}]
+    if containers:
+        pod["containers"] = containers
+    else:
+        pod.pop("containers", None)
+    if not pod:
+        template.pop("spec", None)
+    return template
+
+
+def _replica_specs(src: Source, jobs: Jobs) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kf, role in ROLE_OF.items():
+        if kf not in jobs:
+            continue
+        rs: dict[str, Any] = {}
+        template = jobs[kf].template
+        if kf == NODE:
+            nodes = src.get("spec.trainer.numNodes")
+            if nodes is not None:
+                rs["replicas"] = as_count(nodes, "spec.trainer.numNodes", minimum=1)
+            main = _container(template, NODE)
+            gpus = take_gpus(main, "spec.trainer.resourcesPerNode") if main.get("resources") else 0
+            if gpus:
+                rs["gpus"] = gpus
+            nproc_note(
+                src, "spec.trainer.numProcPerNode", src.get("spec.trainer.numProcPerNode"), gpus
+            )
+        template = _pruned(template)
+        if template:
+            rs["template"] = template
+        if rs:
+            out[role] = rs
+    return out
 
 
 def _container(template: dict[str, Any], *names: str) -> dict[str, Any]:
     containers = (template.get("spec") or {}).get("containers") or []
-    for c in containers:
-        if isinstance(c, dict) and c.get("name") in names:
-            return c
+    for x in containers:
+        if isinstance(x, dict) and x.get("name") in names:
+            return x
     first = main_container(template)
     if first is None:
         raise ConvertError("spec.runtimeRef", "the runtime's trainer pod has no container")
@@ -171,46 +181,21 @@ def _apply_patches(src: Source, jobs: Jobs) -> None:
                 pod_t.get("metadata"),
                 pod_t.get("spec"),
             )
+    src.used.add("spec.runtimePatches")  # applied; manager/time are bookkeeping
 
 
-def _role(rt: Source, job: ReplicatedJob, replicas: int) -> Role:
-    path, template = job.path, job.template
-    names = [c.get("name") for c in (template.get("spec") or {}).get("containers") or []]
-    main = NODE if NODE in names else LAUNCHER
-    gpus, image = shape_template(rt, f"{path}.template.spec.template", template, main)
-    return Role(path, replicas, gpus, template, image, None)
-
-
-def _run_policy(src: Source, rt: Source, framework: str) -> dict[str, Any]:
+def _run_policy(src: Source) -> dict[str, Any]:
+    """suspend and activeDeadlineSeconds; restarts are the runtime's (failurePolicy)."""
     run: dict[str, Any] = {}
     if src.get("spec.suspend") is not None:
         run["suspend"] = bool(src.get("spec.suspend"))
     deadline = src.get("spec.activeDeadlineSeconds")
     if deadline:
         run["activeDeadlineSeconds"] = as_count(deadline, "spec.activeDeadlineSeconds", minimum=1)
-    fp = "spec.template.spec.failurePolicy"
-    restarts = rt.get(f"{fp}.maxRestarts")
-    run["restartPolicy"] = "OnFailure" if restarts else "Never"
-    if restarts:
-        run["backoffLimit"] = as_count(restarts, f"{fp}.maxRestarts")
-    for key in sorted(set(rt.mapping(fp)) - {"maxRestarts"}):
-        rt.unmapped(f"{fp}.{key}", "no equivalent: trainop restarts the whole gang")
-    sp = "spec.template.spec.successPolicy"
-    policy = rt.mapping(sp)
-    rt.used.add(sp)
-    targets = set(policy.get("targetReplicatedJobs") or [])
-    wanted = LAUNCHER if framework == "mpi" else NODE
-    if policy and (policy.get("operator") not in (None, "All") or targets - {wanted}):
-        rt.note(
-            sp,
-            f"no equivalent: trainop's job succeeds when every {wanted} pod has exited 0 "
-            "(successPolicy AllWorkers)",
-        )
-    run["successPolicy"] = "AllWorkers"
     return run
 
 
-def _unmapped_spec(src: Source, rt: Source) -> None:
+def _unmapped_spec(src: Source) -> None:
     for part in sorted(src.mapping("spec.initializer")):
         src.unmapped(
             f"spec.initializer.{part}",
@@ -224,26 +209,3 @@ def _unmapped_spec(src: Source, rt: Source) -> None:
             "TrainingJob's metadata or in spec.replicaSpecs.<role>.template.metadata",
         )
     src.unmapped("spec.managedBy", "no equivalent: trainop's operator manages every TrainingJob")
-    pg = "spec.podGroupPolicy"
-    rt.unmapped(
-        f"{pg}.coscheduling.scheduleTimeoutSeconds",
-        "no equivalent: a trainop gang waits in its queue until it fits (trainop always "
-        "places the whole gang at once)",
-    )
-    rt.used.add(f"{pg}.coscheduling")
-    rt.unmapped(f"{pg}.volcano", "no equivalent: trainop places the gang itself")
-    rt.unmapped(
-        "spec.template.spec.network",
-        "no equivalent: trainop gives each job a headless Service <job> and each pod the "
-        "hostname <job>-<role>-<index>",
-    )
-    src.used.add("spec.runtimePatches")  # applied; manager/time are bookkeeping
-
-
-def _runtime_notes(src: Source, rt: Source) -> None:
-    """The runtime's notes and unread fields, as the TrainJob's (they shape its pods)."""
-    kind, _, name = runtime_key(rt.body)
-    for n in rt.notes:
-        src.note(f"{kind} {name} {n.path}", n.message)
-    for path in rt.leftovers():
-        src.note(f"{kind} {name} {path}", "not converted: trainop has no equivalent")
