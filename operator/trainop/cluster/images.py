@@ -219,8 +219,11 @@ def _trainop_files() -> dict[str, dict[str, tuple[bytes, int]]]:
         f"{SITE}/trainop/__init__.py": ((pkg / "__init__.py").read_bytes(), 0o644),
         "usr/local/bin/trainop-launch": (TRAINOP_LAUNCH.encode(), 0o755),
     }
-    for p in sorted((pkg / "launcher").glob("*.py")):
-        launcher[f"{SITE}/trainop/launcher/{p.name}"] = (p.read_bytes(), 0o644)
+    # trainop-launch, the Reporter and the SDK's runner (trainop.launcher.sdkrun), and the
+    # trainer callbacks sdkrun installs for train() jobs: standard library only, both.
+    for sub in ("launcher", "integrations"):
+        for p in sorted((pkg / sub).glob("*.py")):
+            launcher[f"{SITE}/trainop/{sub}/{p.name}"] = (p.read_bytes(), 0o644)
     examples: dict[str, tuple[bytes, int]] = {}
     root = repo_root()
     if root is not None:
