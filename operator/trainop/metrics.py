@@ -275,7 +275,8 @@ JOB_TRAINER_METRIC = Gauge(
 _TRAINER_METRIC_NAMES: dict[tuple[str, str], set[str]] = {}
 PROGRESS_REPORTS = Counter(
     "trainop_progress_reports_total",
-    "Progress reports received; label outcome (accepted|throttled|refused).",
+    "Progress reports received; label outcome (accepted|throttled|refused|ignored: a "
+    "Kubeflow trainerStatus body for a job whose trainop Reporter reports).",
     ["outcome"],
 )
 CHECKPOINT_WAITS = Histogram(

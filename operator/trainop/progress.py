@@ -217,6 +217,8 @@ def fold(
     out = dict(before)
     out["source"] = "trainop"  # it wins over a trainerStatus report (trainop.trainerstatus)
     out.pop("percentage", None)
+    if before.get("source") == "kubeflow":  # taking over: what trainerStatus said goes
+        out.pop("metrics", None)
     if total_steps is None:
         total_steps = report.total_steps if rank == 0 else before.get("totalSteps")
     out["totalSteps"] = total_steps

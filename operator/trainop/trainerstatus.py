@@ -23,8 +23,9 @@ step, global_step) -> `step` and the rate; a total (total_steps, totalSteps, max
 stamps `lastReportTime` with its own clock. Unknown keys are ignored.
 
 Precedence: trainop's own Reporter wins. Once it has reported (`source: trainop`), a
-trainerStatus body only refreshes `metrics`, which trainop's reports do not carry; step,
-percentage, ETA and the summary stay the Reporter's.
+trainerStatus body is answered 200 and ignored (`overruled`): the Reporter carries step,
+total, ETA and metrics itself, so the job's progress has one author. Before its first report
+the trainerStatus bodies move the progress; that report takes over and drops their metrics.
 
 Neighbours: trainop.progress (trainop's own reports, the pod wiring), the endpoint in
 trainop.handlers.progress, the models in trainop.api.progress.
@@ -153,6 +154,11 @@ def _rate(old: Mapping[str, Any], step: int, now: datetime) -> float | None:
     return round((step - was) / (now - before).total_seconds(), 4)
 
 
+def overruled(progress_now: Mapping[str, Any] | None) -> bool:
+    """Whether trainop's own Reporter has reported for the job: trainerStatus is ignored."""
+    return (progress_now or {}).get("source") == TRAINOP
+
+
 def fold_trainer_status(
     old: Mapping[str, Any] | None,
     status: TrainerStatus,
@@ -162,10 +168,10 @@ def fold_trainer_status(
     """status.progress after a trainerStatus body; `total_steps` is spec.progress.totalSteps
     (it wins over the total the trainer reports)."""
     before = dict(old or {})
+    if overruled(before):  # trainop's own Reporter wins
+        return before
     out = dict(before)
     out["metrics"] = [{"name": n, "value": v} for n, v in status.metrics]
-    if before.get("source") == TRAINOP:  # trainop's own Reporter wins: metrics only
-        return out
     out["source"] = KUBEFLOW
     total = total_steps or status.total_steps or before.get("totalSteps")
     if total:

@@ -244,17 +244,29 @@ def test_trainops_own_reporter_wins_over_trainer_status(
 ) -> None:
     pod = _running_job(kube, namespace, "rep-both")
     token = _token(kube, namespace, pod)
-    assert _call(operator, token, {"step": 12, "stepSeconds": 0.5})[0] == 200
-    assert _post_status(operator, token, HF_END)[0] == 200
+    report = {"step": 12, "stepSeconds": 0.5, "metrics": {"loss": 6.9}}
+    assert _call(operator, token, report)[0] == 200
     kube.wait_for(
-        "rep-both's metrics from trainerStatus",
-        lambda: bool((_progress(kube, namespace, "rep-both") or {}).get("metrics")),
+        "rep-both's report",
+        lambda: (_progress(kube, namespace, "rep-both") or {}).get("step") == 12,
         20,
     )
+    ignored = 'trainop_progress_reports_total{outcome="ignored"}'
+    before = _sample(operator.metrics(), ignored)
+    # The callback gets its 200 (it would only log a failure), and the body changes nothing.
+    assert _post_status(operator, token, HF_END) == (200, {"checkpointRequested": False})
+    assert _sample(operator.metrics(), ignored) == before + 1
+    time.sleep(2)
     got = _progress(kube, namespace, "rep-both") or {}
-    # The Reporter's step and summary stand; the trainerStatus body adds its metrics only.
     assert (got["source"], got["step"], got["summary"]) == ("trainop", 12, "step 12")
-    assert "percentage" not in got and got["metrics"][0] == {"name": "loss", "value": "6.68"}
+    assert "percentage" not in got and got["metrics"] == [{"name": "loss", "value": "6.9"}]
+
+
+def _sample(scraped: str, series: str) -> float:
+    for line in scraped.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_transformers_kubeflow_callback_reports_to_the_endpoint(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from trainop import metrics, progress
+from trainop import metrics, progress, trainerstatus
 from trainop.api.trainingjob import TrainingJobStatus
 from trainop.config import ConfigError, operator_config_from_data
 from trainop.explain import _progress_lines
@@ -294,19 +294,19 @@ def test_missing_fields_drop_what_they_said_before() -> None:
 def test_trainops_reporter_wins_over_trainer_status() -> None:
     ours = progress.fold(None, progress.Report(step=12, step_seconds=0.5), 0, "n1", at(0), 30)
     assert ours["source"] == "trainop"
-    after = fold(ours, STEP, 1)
-    # Step, summary, ETA and report time stay the Reporter's; only the metrics come in.
-    assert {k: v for k, v in after.items() if k != "metrics"} == ours
-    assert after["metrics"][0] == {"name": "loss", "value": "7.12"}
+    assert trainerstatus.overruled(ours) and not trainerstatus.overruled(fold(None, STEP, 0))
+    assert fold(ours, STEP, 1) == ours  # ignored: the progress has one author
 
 
 def test_trainops_reporter_takes_over_from_trainer_status() -> None:
     theirs = fold(None, STEP, 0)
     ours = progress.fold(theirs, progress.Report(step=16, step_seconds=0.5), 0, "n1", at(1), None)
-    assert ours["source"] == "trainop" and "percentage" not in ours
+    assert ours["source"] == "trainop" and "percentage" not in ours and "metrics" not in ours
     assert (ours["step"], ours["summary"]) == (16, "step 16")
-    assert ours["metrics"] == theirs["metrics"]  # kept until the next trainerStatus body
-    assert fold(ours, END, 2)["step"] == 16  # and from then on it stays the Reporter's
+    assert fold(ours, END, 2) == ours  # and from then on it stays the Reporter's
+    loss = progress.Report(step=17, metrics=(("loss", "6.9"),))
+    with_metrics = progress.fold(ours, loss, 0, "n1", at(3), None)
+    assert fold(with_metrics, END, 4)["metrics"] == [{"name": "loss", "value": "6.9"}]
 
 
 # --- pod wiring ---------------------------------------------------------------------------------
@@ -456,6 +456,9 @@ def test_the_write_nulls_only_the_report_keys_a_body_dropped() -> None:
     dropped = {k: v for k, v in written.items() if k != "replacedAt"}
     asyncio.run(service._write("ns/hf", written, dropped))
     assert "replacedAt" not in api.bodies[2]["progress"]  # absent from the patch: kept
+    state.jobs["ns/hf"].progress = {"step": 40, "source": "trainop"}  # the Reporter reported
+    outcome = asyncio.run(service.accept_trainer_status("ns/hf", parse_trainer_status(END)))
+    assert outcome == "ignored" and len(api.bodies) == 3  # no write
 
 
 # --- through the reconcile: the operator config's switch ------------------------------------------

@@ -151,6 +151,8 @@ class ProgressService:
         job = mem.newest() or {}
         stored = (job.get("status") or {}).get("progress")
         old = mem.progress if mem.progress is not None else stored
+        if trainerstatus.overruled(old):
+            return "ignored"
         wanted = (job.get("spec") or {}).get("progress") or {}
         now = datetime.now(UTC).replace(tzinfo=None)
         new = trainerstatus.fold_trainer_status(old, status, now, wanted.get("totalSteps"))
