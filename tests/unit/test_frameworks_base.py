@@ -14,7 +14,10 @@ def gang(*members: tuple[str, int, int | None, int], job: str = "bert") -> Wirin
     return WiringInput(
         job=job,
         namespace="team",
-        members=tuple(Member(r, i, k, g, member_host(job, "team", r, i, served=True)) for r, i, k, g in members),
+        members=tuple(
+            Member(r, i, k, g, member_host(job, "team", r, i, served=True))
+            for r, i, k, g in members
+        ),
     )
 
 

@@ -14,7 +14,8 @@ def gang(*members: tuple[str, int, int | None, int], port: int = 1234) -> Wiring
         job="t5x",
         namespace="team",
         members=tuple(
-            Member(r, i, k, g, member_host("t5x", "team", r, i, served=True)) for r, i, k, g in members
+            Member(r, i, k, g, member_host("t5x", "team", r, i, served=True))
+            for r, i, k, g in members
         ),
         port=port,
     )

@@ -18,7 +18,8 @@ def gang(*members: tuple[str, int, int | None, int]) -> WiringInput:
         job="hvd",
         namespace="team",
         members=tuple(
-            Member(r, i, k, g, member_host("hvd", "team", r, i, served=True)) for r, i, k, g in members
+            Member(r, i, k, g, member_host("hvd", "team", r, i, served=True))
+            for r, i, k, g in members
         ),
     )
 

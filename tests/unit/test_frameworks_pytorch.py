@@ -14,7 +14,8 @@ def gang(*members: tuple[str, int, int | None, int], port: int = 29500) -> Wirin
         job="bert",
         namespace="team",
         members=tuple(
-            Member(r, i, k, g, member_host("bert", "team", r, i, served=True)) for r, i, k, g in members
+            Member(r, i, k, g, member_host("bert", "team", r, i, served=True))
+            for r, i, k, g in members
         ),
         port=port,
     )

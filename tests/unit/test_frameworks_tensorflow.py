@@ -17,7 +17,8 @@ def gang(*members: tuple[str, int, int | None, int], port: int = 2222) -> Wiring
         job="mnist",
         namespace="team",
         members=tuple(
-            Member(r, i, k, g, member_host("mnist", "team", r, i, served=True)) for r, i, k, g in members
+            Member(r, i, k, g, member_host("mnist", "team", r, i, served=True))
+            for r, i, k, g in members
         ),
         port=port,
     )
