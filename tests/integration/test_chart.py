@@ -95,6 +95,10 @@ OPERATOR_NEEDS = [
     ("patch", "trainingqueues.trainop.dev", "--subresource=status"),
     ("list", "fabricprofiles.trainop.dev"),
     ("watch", "fabricprofiles.trainop.dev"),
+    ("list", "clustertrainingruntimes.trainop.dev"),
+    ("watch", "clustertrainingruntimes.trainop.dev"),
+    ("list", "trainingruntimes.trainop.dev", "-A"),
+    ("watch", "trainingruntimes.trainop.dev", "-A"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("list", "namespaces"),
@@ -120,6 +124,8 @@ OPERATOR_MUST_NOT = [
     ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
     ("create", "serviceaccounts", "--subresource=token", "-n", "kube-system"),
     ("create", "deployments.apps", "-n", "any-team"),
+    ("patch", "clustertrainingruntimes.trainop.dev"),  # the platform team's, read only
+    ("delete", "trainingruntimes.trainop.dev", "-n", "any-team"),
     ("impersonate", "users"),
     ("escalate", "clusterroles.rbac.authorization.k8s.io"),
 ]
@@ -242,8 +248,9 @@ def test_schema_rejects_bad_values(helm: Helm) -> None:
 
 
 def test_default_template_is_accepted_by_the_apiserver(
-    helm: Helm, kube: Kube, system_namespace: str
+    helm: Helm, kube: Kube, system_namespace: str, crds_installed: None
 ) -> None:
+    # crds_installed: a server dry run of the ClusterTrainingRuntimes needs their CRD there.
     text = helm.template("--include-crds")
     docs = documents(text)
     kinds = sorted(d["kind"] for d in docs)
@@ -260,6 +267,7 @@ def test_default_template_is_accepted_by_the_apiserver(
             "Service",  # the headless <release>-progress (progress reports, docs/progress.md)
             "Deployment",
         ]
+        + ["ClusterTrainingRuntime"] * 6  # one per framework (docs/runtimes.md)
     )
     proc = _dry_run(kube, text)
     assert proc.stdout.count("(server dry run)") == len(docs), proc.stdout
@@ -276,7 +284,12 @@ def test_default_template_is_accepted_by_the_apiserver(
 
 
 def test_all_features_template_is_accepted_by_the_apiserver(
-    helm: Helm, kube: Kube, system_namespace: str, monitoring_crds: None, tmp_path: Path
+    helm: Helm,
+    kube: Kube,
+    system_namespace: str,
+    monitoring_crds: None,
+    crds_installed: None,
+    tmp_path: Path,
 ) -> None:
     text = helm.template(values=ALL_VALUES)
     docs = documents(text)
@@ -407,10 +420,27 @@ def test_install_deploys_the_release(kube: Kube, helm: Helm, release: str) -> No
         assert kube.maybe_get(kind, name, "-n", NS), f"{kind}/{name} missing"
     for kind in ("clusterrole", "clusterrolebinding"):
         assert kube.maybe_get(kind, release), f"{kind}/{release} missing"
-    for crd in ("trainingjobs", "trainingqueues", "fabricprofiles"):
+    for crd in (
+        "trainingjobs",
+        "trainingqueues",
+        "fabricprofiles",
+        "clustertrainingruntimes",
+        "trainingruntimes",
+    ):
         kube.run(
             "wait", "--for", "condition=established", f"crd/{crd}.trainop.dev", "--timeout=30s"
         )
+    runtimes = kube.get(  # the chart ships one per framework
+        "clustertrainingruntimes", "-l", f"app.kubernetes.io/instance={release}"
+    )["items"]
+    assert sorted(r["metadata"]["name"] for r in runtimes) == [
+        "jax",
+        "mpi",
+        "mxnet",
+        "paddle",
+        "pytorch",
+        "tensorflow",
+    ]
     # --wait returned: KWOK ran the (fake) operator pod, admitted under PSS `restricted`.
     deploy = kube.get("deployment", release, "-n", NS)
     assert deploy["status"].get("availableReplicas") == 1, deploy["status"]
