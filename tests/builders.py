@@ -326,6 +326,24 @@ class QueueBuilder:
     def backfill(self, seconds: int) -> QueueBuilder:
         return self.set("backfillWaitSeconds", seconds)
 
+    def half_life(self, seconds: int) -> QueueBuilder:
+        """Fair share over time: spec.fairSharing.usageHalfLifeSeconds."""
+        return self.set("fairSharing", {"usageHalfLifeSeconds": seconds})
+
+    def used_recently(self, updated: str, holding: int = 0, **average_gpus: float) -> QueueBuilder:
+        """status.fairSharing as the operator left it: `updated` (e.g.
+        "2026-01-01T00:00:00Z"), each group's decayed average of GPUs used and the GPUs it
+        held since (`holding`, the same for every group named)."""
+        half_life = (self.spec.get("fairSharing") or {}).get("usageHalfLifeSeconds", 0)
+        self._obj.setdefault("status", {})["fairSharing"] = {
+            "usageHalfLifeSeconds": half_life,
+            "updated": updated,
+            "usage": [
+                {"name": k, "averageGpus": v, "holding": holding} for k, v in average_gpus.items()
+            ],
+        }
+        return self
+
     def preemption(self, **fields: Any) -> QueueBuilder:
         """preemption(withinQueue="Never", reclaimWithinCohort=False)"""
         self.spec.setdefault("preemption", {}).update(fields)

@@ -46,6 +46,16 @@ def _queue_lines(queue: Mapping[str, Any] | None, queue_name: str | None) -> lis
                 f"  {u.get('name', '-'):<13} {u.get('quota', 0):>6} {u.get('used', 0):>6} "
                 f"{u.get('borrowed', 0):>9} {u.get('pending', 0):>8}"
             )
+    fair = (queue.get("status") or {}).get("fairSharing") or {}
+    if fair.get("usageHalfLifeSeconds"):
+        averages = ", ".join(
+            f"{u.get('name', '-')} {u.get('averageGpus', 0):g}" for u in fair.get("usage") or []
+        )
+        lines.append(
+            f"  fair share over time: half-life {fair['usageHalfLifeSeconds']} s; average GPUs "
+            f"used {averages or '0'} (as of {fair.get('updated', '-')}); the queue order reads "
+            "these, not the GPUs held now"
+        )
     return lines
 
 

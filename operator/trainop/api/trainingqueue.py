@@ -121,6 +121,18 @@ class Preemption(ApiModel):
     )
 
 
+class FairSharing(ApiModel):
+    usage_half_life_seconds: int = Field(
+        default=0,
+        ge=0,
+        description="Order this queue among the others by the GPUs it used recently, not "
+        "only by those it holds now: an exponentially decayed average with this half-life "
+        "(as Kueue's admission fair sharing and KAI's time-aware fairness). A queue that used "
+        "the cluster heavily yesterday then yields today. 0 (default): today's usage alone. "
+        "The average is kept in status.fairSharing, so it survives operator restarts.",
+    )
+
+
 # Quota rules CEL can state (queueing.model.QueueState.from_spec checks the rest, e.g. a
 # name that equals another quota's derived group key).
 QUOTA_VALIDATIONS: list[JsonValue] = [
@@ -210,6 +222,10 @@ class TrainingQueueSpec(ApiModel):
         description="Preemption policy.",
         json_schema_extra={"default": {}},
     )
+    fair_sharing: FairSharing | None = Field(
+        default=None,
+        description="Fair share over time: weigh the queue's recent usage with a half-life.",
+    )
     policy: TenantPolicy = Field(
         default_factory=TenantPolicy,
         description="Tenant policy.",
@@ -227,6 +243,22 @@ class ProductUsage(ApiModel):
         "or, in a queue tree, by the parent (a parent's: its subtree's).",
     )
     pending: int = Field(default=0, description="GPUs asked by pending jobs.")
+
+
+class AverageUsage(ApiModel):
+    name: str = Field(description="Product group name.")
+    average_gpus: float = Field(
+        default=0.0, description="GPUs used, averaged with the queue's usage half-life."
+    )
+    holding: int = Field(default=0, description="GPUs held since `updated`.")
+
+
+class FairSharingStatus(ApiModel):
+    usage_half_life_seconds: int = Field(default=0, description="The half-life applied.")
+    updated: str | None = Field(default=None, description="When the averages were computed.")
+    usage: list[AverageUsage] = Field(
+        default_factory=list, description="Decayed average of GPUs used, per product group."
+    )
 
 
 class TrainingQueueStatus(ApiModel):
@@ -247,4 +279,8 @@ class TrainingQueueStatus(ApiModel):
     summary: str | None = Field(
         default=None,
         description="Usage per product group as used/quota, with +borrowed (kubectl get tq).",
+    )
+    fair_sharing: FairSharingStatus | None = Field(
+        default=None,
+        description="spec.fairSharing's decayed usage history, the fair-share order's input.",
     )

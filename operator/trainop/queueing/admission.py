@@ -184,6 +184,7 @@ class _Pass:
             self.decisions[job.key] = decision
         if tails is not None:
             tails.keep_running(self.queues, keeps)
+        self.ledger.begin_history(self.now)
 
     def line_up(self) -> None:
         for job in self.jobs:
@@ -723,7 +724,15 @@ class _Pass:
                 )
                 for k in names
             )
-            out[name] = QueueUsage(name, groups, *counts[name])
+            admitted, waiting = counts[name]
+            out[name] = QueueUsage(
+                name,
+                groups,
+                admitted,
+                waiting,
+                history=self.ledger.history_to_keep(q),
+                half_life=q.half_life,
+            )
         return out
 
     def result(self) -> Decisions:

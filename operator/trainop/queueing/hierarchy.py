@@ -238,11 +238,15 @@ def tree_fields(name: str, stored: Mapping[str, Mapping[str, Any]]) -> dict[str,
     return {"path": "/".join(reversed(path)), "level": len(path)}
 
 
-def usage_summary(usage: Sequence[Mapping[str, Any]]) -> str:
-    """One line for `kubectl get tq`: "h100 20/16(+4) a100 0/8" (used/quota, borrowed)."""
+def usage_summary(usage: Sequence[Mapping[str, Any]], fair: Mapping[str, Any] | None = None) -> str:
+    """One line for `kubectl get tq`: "h100 20/16(+4) a100 0/8" (used/quota, borrowed);
+    with fair share over time, each group's decayed average too: "h100 20/16(+4) avg 17.5"."""
+    averages = {a.get("name"): a.get("averageGpus", 0) for a in (fair or {}).get("usage") or ()}
     parts = []
     for u in usage:
         borrowed = u.get("borrowed", 0)
         extra = f"(+{borrowed})" if borrowed else ""
-        parts.append(f"{u.get('name', '-')} {u.get('used', 0)}/{u.get('quota', 0)}{extra}")
+        name = u.get("name", "-")
+        avg = f" avg {averages[name]:g}" if name in averages else ""
+        parts.append(f"{name} {u.get('used', 0)}/{u.get('quota', 0)}{extra}{avg}")
     return " ".join(parts) or "-"

@@ -28,6 +28,10 @@ quota goes before one at 75%; weight 2 counts usage at half. Unlimited queues us
 fleet's GPU count as their entitlement. Ties: the head with higher priority, then the older
 head, then the queue name. In a tree, queues compare by `share_path` (the shares from the
 root down to the queue): siblings by their own share at each level, as hierarchical DRF.
+
+Fair share over time (spec.fairSharing; queueing.fairshare): for a queue with a usage
+half-life, `used(Q,k)` in the share is its decayed average of GPUs used, plus what the pass
+charged it since it began (`begin_history`). Quota checks always read the GPUs held now.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from trainop.queueing.fairshare import UsageHistory, advance, effective_used, holding
 from trainop.queueing.hierarchy import Tree, build_tree
 from trainop.queueing.model import QueueState
 
@@ -65,6 +70,10 @@ class Ledger:
         self.tree: Tree = build_tree(q for q in queues.values() if not q.unlimited)
         # queue -> the queues charged with its jobs: itself, then its ancestors
         self._paths = {name: self.tree.path(name) for name in self.tree.parent}
+        # Fair share over time: each half-life queue's history at the pass's clock, and the
+        # usage it was advanced with (what the pass started from).
+        self.history: dict[str, UsageHistory] = {}
+        self._start: dict[tuple[str, str], int] = {}
 
     def copy(self) -> Ledger:
         other = Ledger.__new__(Ledger)
@@ -75,7 +84,31 @@ class Ledger:
         other._cohorts = self._cohorts
         other.tree = self.tree
         other._paths = self._paths
+        other.history = self.history
+        other._start = self._start
         return other
+
+    def begin_history(self, now: float) -> None:
+        """Advance every half-life queue's usage history to `now` (queueing.fairshare) and
+        note the usage charged so far (the admitted jobs at the start of the pass)."""
+        self._start = dict(self.used)
+        for q in self.queues.values():
+            if q.half_life is not None:
+                self.history[q.name] = advance(q.history, now, q.half_life)
+
+    def history_to_keep(self, queue: QueueState) -> UsageHistory | None:
+        """The history status keeps after the pass: the stored one while the queue holds
+        what it held (advancing it is exact from there), else the one at the pass's clock
+        holding what the queue holds now."""
+        now = self.history.get(queue.name)
+        if now is None or queue.half_life is None:
+            return None
+        used = {k: v for (name, k), v in self.used.items() if name == queue.name and v}
+        kept = holding(now, used)
+        stored = queue.history
+        if stored is not None and stored.holding == kept.holding:
+            return stored
+        return kept
 
     def path(self, queue: str) -> tuple[str, ...]:
         """`queue` and its ancestors, leaf first (just `queue` outside a tree)."""
@@ -239,12 +272,26 @@ class Ledger:
 
     def share(self, queue: QueueState) -> float:
         """Weighted dominant-resource share (see module doc)."""
+        history = self.history.get(queue.name)
         if queue.unlimited or not queue.groups:
-            total = sum(v for (q, _), v in self.used.items() if q == queue.name)
+            keys = {k for (q, k) in self.used if q == queue.name}
+            if history is not None:
+                keys |= {k for k, _ in history.gpus}
+            total = sum(self.share_used(queue.name, k, history) for k in keys)
             return total / max(self.fleet_gpus, 1) / queue.weight
         worst = 0.0
         groups = {g.name for g in queue.groups} | {k for (q, k) in self.used if q == queue.name}
+        if history is not None:
+            groups |= {k for k, _ in history.gpus}
         for k in groups:
-            used = self.used[(queue.name, k)]
+            used = self.share_used(queue.name, k, history)
             worst = max(worst, used / max(queue.nominal(k), 1))
         return worst / queue.weight
+
+    def share_used(self, queue: str, group: str, history: UsageHistory | None) -> float:
+        """The usage the share reads: GPUs held now, or for a queue with a usage half-life
+        its decayed average plus this pass's change (queueing.fairshare.effective_used)."""
+        used = self.used.get((queue, group), 0)
+        if history is None:
+            return float(used)
+        return effective_used(history, group, used, self._start.get((queue, group), 0))

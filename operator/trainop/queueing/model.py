@@ -10,7 +10,7 @@ in by the caller.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
@@ -27,6 +27,8 @@ from trainop.api.trainingqueue import (
 from trainop.catalog.model import quota_product
 from trainop.inventory import Snapshot
 from trainop.placement.cost import AllreduceEstimate
+from trainop.queueing.fairshare import UsageHistory, from_status
+from trainop.queueing.fairshare import to_status as history_status
 
 # Reasons a job waits (TrainingJob status.pendingReason; trainop.api.reasons.WaitReason)
 # and a victim is preempted.
@@ -133,6 +135,10 @@ class QueueState:
     max_running_jobs: int | None = None
     unlimited: bool = False
     topology_wait_seconds: float | None = None  # None: the operator's default (admit's)
+    # Fair share over time (queueing.fairshare): spec.fairSharing.usageHalfLifeSeconds
+    # (None: off) and the history status.fairSharing last recorded.
+    half_life: float | None = None
+    history: UsageHistory | None = field(default=None, compare=False)
     # Queue resolution (queueing.resolve)
     namespaces: tuple[str, ...] = ()
     namespace_selector: tuple[tuple[str, str], ...] | None = None
@@ -196,6 +202,11 @@ class QueueState:
             topology_wait_seconds=(
                 None if spec.topology_wait_seconds is None else float(spec.topology_wait_seconds)
             ),
+            half_life=(
+                float(spec.fair_sharing.usage_half_life_seconds)
+                if spec.fair_sharing is not None and spec.fair_sharing.usage_half_life_seconds
+                else None
+            ),
             namespaces=tuple(spec.namespaces),
             namespace_selector=(
                 tuple(sorted(selector.match_labels.items())) if selector is not None else None
@@ -217,7 +228,11 @@ class QueueState:
         except ValidationError as exc:
             path, msg = all_errors(exc, "spec")[0]
             raise QueueConfigError(name, path, msg) from exc
-        return cls.from_spec(name, spec)
+        q = cls.from_spec(name, spec)
+        if q.half_life is None:
+            return q
+        status = obj.get("status")
+        return replace(q, history=from_status(status if isinstance(status, Mapping) else None))
 
 
 def broken_queue(obj: Mapping[str, Any], error: QueueConfigError) -> QueueState:
@@ -402,9 +417,18 @@ class QueueUsage:
     groups: tuple[GroupUsage, ...]
     admitted_jobs: int
     pending_jobs: int
+    # The usage history to keep in status (queueing.fairshare), with its half-life.
+    history: UsageHistory | None = None
+    half_life: float | None = None
 
     def to_status(self) -> dict[str, Any]:
         """The TrainingQueue status subresource body."""
+        body = self._usage_status()
+        if self.history is not None and self.half_life:
+            body["fairSharing"] = history_status(self.history, self.half_life)
+        return body
+
+    def _usage_status(self) -> dict[str, Any]:
         return TrainingQueueStatus(
             usage=[
                 ProductUsage(

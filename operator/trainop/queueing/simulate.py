@@ -381,6 +381,7 @@ class _Sim:
             self.placer,
             topology_wait_seconds=self.config.topology_wait_seconds,
         )
+        self.keep_history(decisions)
         # Releases before reservations: the pass planned on a snapshot where both happened.
         for d in decisions.preempted:
             self.evict(self.jobs[d.key], now, d.preemptor, d.reason)
@@ -398,6 +399,18 @@ class _Sim:
             elif d.action == Action.WAIT and job.state == "Pending":
                 job.note(now, d.reason, d.message)
         return decisions
+
+    def keep_history(self, decisions: Decisions) -> None:
+        """Fair share over time: each queue's usage history goes where the operator keeps
+        it, its status, and from there into the next pass (queueing.fairshare)."""
+        if not any(q.half_life for q in self.queues):
+            return
+        self.queues = [
+            replace(q, history=u.history)
+            if (u := decisions.usage.get(q.name)) is not None and u.history is not None
+            else q
+            for q in self.queues
+        ]
 
     def start(self, job: _Job, now: float, fit: Fit, size: int | None = None) -> None:
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))

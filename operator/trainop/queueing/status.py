@@ -82,7 +82,7 @@ def queue_statuses(
             continue  # not seen by this pass (created since): the next pass covers it
         body["conditions"] = [active_condition(broken.get(name), old, now)]
         body.update(tree_fields(name, stored))
-        body["summary"] = usage_summary(body["usage"])
+        body["summary"] = usage_summary(body["usage"], body.get("fairSharing"))
         out[name] = body
     return out
 
