@@ -388,3 +388,26 @@ def resolve(
             generation=generation if isinstance(generation, int) else None,
         ),
     )
+
+
+def resolve_live(
+    job_body: Mapping[str, Any],
+    runtimes: Mapping[RuntimeKey, Mapping[str, Any]],
+    last: Resolved | None,
+    gang_live: bool,
+) -> Resolved | RuntimeProblem:
+    """What the shell acts on for a job each cycle. Without a live gang: `resolve`. With
+    one, and `last` (the merge its pods were planned from) made from the job's current
+    generation: `last`'s spec and runtime, under the job's current metadata and status, so
+    a runtime edited, deleted or broken under a running gang changes nothing until its next
+    gang (docs/runtimes.md). A job edited while it runs (a new metadata.generation) is
+    merged again, as its own edits apply today."""
+    if gang_live and last is not None and _generation(last.body) == _generation(job_body):
+        body = copy.deepcopy(dict(job_body))
+        body["spec"] = copy.deepcopy(last.body.get("spec") or {})
+        return Resolved(body, last.runtime)
+    return resolve(job_body, runtimes)
+
+
+def _generation(body: Mapping[str, Any]) -> Any:
+    return (body.get("metadata") or {}).get("generation")

@@ -19,6 +19,7 @@ from trainop.runtimes import (
     RuntimeProblem,
     merge,
     resolve,
+    resolve_live,
     runtime_index,
 )
 
@@ -498,3 +499,62 @@ def test_resolved_records_the_runtime_and_its_generation() -> None:
 def test_no_runtime_no_status() -> None:
     got = resolve(job("bert").build(), {})
     assert isinstance(got, Resolved) and got.status() == {}
+
+
+# --- a running gang keeps its merge (resolve_live) --------------------------------------
+
+
+def _live(
+    job_gen: int, runtimes: list[dict[str, Any]], gang_live: bool
+) -> Resolved | RuntimeProblem:
+    first = resolve(
+        job("bert", cuda=None).runtime_ref("pytorch").build(),
+        runtime_index([PT().generation(1).build()]),
+    )
+    assert isinstance(first, Resolved)
+    now = job("bert", cuda=None).runtime_ref("pytorch").generation(job_gen).build()
+    return resolve_live(now, runtime_index(runtimes), first, gang_live)
+
+
+LIVE_CASES = [
+    # (id, job generation, runtimes now, gang live, runtime generation wanted | problem reason)
+    (
+        "running-gang-keeps-its-merge-when-the-runtime-is-edited",
+        1,
+        [PT().set("cuda", "12.8").generation(2).build()],
+        True,
+        1,
+    ),
+    ("running-gang-survives-a-deleted-runtime", 1, [], True, 1),
+    (
+        "running-gang-survives-a-broken-runtime",
+        1,
+        [PT().set("cuda", "x").generation(2).build()],
+        True,
+        1,
+    ),
+    (
+        "no-gang-merges-the-edited-runtime",
+        1,
+        [PT().set("cuda", "12.8").generation(2).build()],
+        False,
+        2,
+    ),
+    ("no-gang-waits-for-a-deleted-runtime", 1, [], False, RUNTIME_NOT_FOUND),
+    ("a-job-edited-while-running-is-merged-again", 2, [PT().generation(3).build()], True, 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("job_gen", "rts", "live", "want"), [pytest.param(*c[1:], id=c[0]) for c in LIVE_CASES]
+)
+def test_resolve_live(job_gen: int, rts: list[dict[str, Any]], live: bool, want: int | str) -> None:
+    got = _live(job_gen, rts, live)
+    if isinstance(want, str):
+        assert isinstance(got, RuntimeProblem) and got.reason == want
+        return
+    assert isinstance(got, Resolved) and got.runtime is not None
+    assert got.runtime.generation == want
+    assert got.body["metadata"]["generation"] == job_gen
+    cuda = "12.8" if want == 2 else "12.4"
+    assert got.body["spec"]["cuda"] == cuda
