@@ -7,6 +7,8 @@ shell, `trainop render` and `trainop explain` call: it finds the runtime, checks
 a job that overrides a field the runtime locks, merges, and checks the merged spec as the
 planner will. It returns either `Resolved` (the merged body, and what status.runtime records)
 or a `RuntimeProblem` whose message names the runtime and the fix; never a half-merged spec.
+`resolve_live` is the shell's per-cycle entry point: `resolve`, except that a job with a live
+gang keeps the merge its pods were planned from.
 
 Merge rules, spec level:
 - scalars (cuda, image, queue, priorityClassName): the job's value when it sets one (an
