@@ -7,6 +7,7 @@ borrowingLimit per level) and marks the level whose quota or limit holds the job
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -163,6 +164,24 @@ def _runtime_lines(spec: Mapping[str, Any], status: Mapping[str, Any]) -> list[s
     return [line]
 
 
+def _protection_lines(queue: Mapping[str, Any] | None, status: Mapping[str, Any]) -> list[str]:
+    """A running job's guaranteed minimum run (its queue's spec.preemption.minRunSeconds):
+    from when it may be a preemption (or migration) victim."""
+    least = ((queue or {}).get("spec") or {}).get("preemption", {}).get("minRunSeconds") or 0
+    start = status.get("startTime")
+    if not least or not start or status.get("phase") != "Running":
+        return []
+    try:
+        since = datetime.strptime(str(start), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return []
+    until = (since + timedelta(seconds=int(least))).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [
+        f"Protected:  no preemption or migration victim before {until} "
+        f"(queue minRunSeconds {least} from its start {start})"
+    ]
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -209,6 +228,7 @@ def explain_text(
                 f"(widest link: {placement.get('allreduceBottleneck') or '-'})"
             )
     lines += _progress_lines(status)
+    lines += _protection_lines(queue, status)
     if status.get("restartCount"):
         lines.append(
             f"Restarts:   {status['restartCount']} (backoffLimit "

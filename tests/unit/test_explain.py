@@ -217,3 +217,24 @@ def test_the_runtime_and_its_generation_are_shown() -> None:
     assert "Runtime:    ClusterTrainingRuntime pytorch (generation 3); framework" in text
     waiting = explain_text({**JOB, "spec": spec}, [], [], None)
     assert "Runtime:    ClusterTrainingRuntime pytorch (not merged yet)" in waiting
+
+
+def test_running_job_says_when_it_may_be_preempted() -> None:
+    queue = {**QUEUE, "spec": {**QUEUE["spec"], "preemption": {"minRunSeconds": 600}}}
+    job = {**JOB, "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}}
+    text = explain_text(job, [], [], queue)
+    assert "no preemption or migration victim before 2026-01-01T00:10:00Z" in text
+    assert "Protected" not in explain_text(job, [], [], QUEUE)
+
+
+def test_fair_share_over_time_is_shown() -> None:
+    status = {
+        **QUEUE["status"],
+        "fairSharing": {
+            "usageHalfLifeSeconds": 3600,
+            "updated": "2026-01-01T00:00:00Z",
+            "usage": [{"name": "h100", "averageGpus": 17.5, "holding": 48}],
+        },
+    }
+    text = explain_text({**JOB, "status": {"phase": "Queued"}}, [], [], {**QUEUE, "status": status})
+    assert "fair share over time: half-life 3600 s; average GPUs used h100 17.5" in text

@@ -119,6 +119,15 @@ class Preemption(ApiModel):
         default="LowerPriority",
         description="LowerPriority: a pending job preempts lower-priority jobs of the same queue.",
     )
+    min_run_seconds: int = Field(
+        default=0,
+        ge=0,
+        description="A job of this queue is no preemption victim (reclaim or priority, nor "
+        "moved by migration) before its gang has run this long, so it always makes some "
+        "progress (as KAI's min-runtime and Kueue's minAdmitDuration). 0 (default): no "
+        "guarantee. A head that only such jobs could make room for waits, its message "
+        "saying when the first becomes preemptible.",
+    )
 
 
 class FairSharing(ApiModel):

@@ -87,7 +87,12 @@ from trainop.queueing.model import (
     Unfit,
 )
 from trainop.queueing.ordering import QueueKey, Running, line_order, queue_order
-from trainop.queueing.preemption import PreemptPlan, plan_preemption, released
+from trainop.queueing.preemption import (
+    PreemptPlan,
+    plan_preemption,
+    protection_note,
+    released,
+)
 from trainop.queueing.resolve import BUILTIN_QUEUE, BUILTIN_QUEUE_NAME
 from trainop.queueing.tail import Run, TailMemo, at_position, plain_wait
 from trainop.queueing.topowait import TopologyWait, topology_wait
@@ -399,6 +404,17 @@ class _Pass:
                 self.preempt(job, q, plan, outcome)
                 self.heads[q.name] = job.key
                 return
+            note = protection_note(
+                job,
+                q,
+                cands,
+                blocks.excluded,
+                self.ledger,
+                self.running.values(),
+                lambda c, victims, ledger: self.fits(job, q, c, victims, ledger, blocks),
+            )
+            if note:
+                outcome.message = f"{outcome.message}; {note}"
         self.decisions[job.key] = JobDecision(
             job.key,
             q.name,

@@ -139,6 +139,9 @@ class QueueState:
     # (None: off) and the history status.fairSharing last recorded.
     half_life: float | None = None
     history: UsageHistory | None = field(default=None, compare=False)
+    # spec.preemption.minRunSeconds: its jobs are no preemption (or migration) victim
+    # before their gang ran this long (queueing.preemption.protected_for).
+    min_run_seconds: float = 0.0
     # Queue resolution (queueing.resolve)
     namespaces: tuple[str, ...] = ()
     namespace_selector: tuple[tuple[str, str], ...] | None = None
@@ -197,6 +200,7 @@ class QueueState:
             backfill_wait_seconds=float(spec.backfill_wait_seconds),
             reclaim_within_cohort=spec.preemption.reclaim_within_cohort,
             within_queue=spec.preemption.within_queue,
+            min_run_seconds=float(spec.preemption.min_run_seconds),
             max_running_jobs=spec.policy.max_running_jobs,
             unlimited=not groups,
             topology_wait_seconds=(

@@ -21,12 +21,19 @@ victims makes the head fit, nobody is preempted. Jobs admitted in this pass are 
 victims. Elastic gangs (queueing.elastic) are offered first as shrink slices (their
 workers above minReplicas), before any whole gang; a plan only whole evictions can make
 is tried after that.
+
+Guaranteed minimum run (spec.preemption.minRunSeconds of the victim's queue; as KAI's
+min-runtime and Kueue's minAdmitDuration, kubernetes-sigs/kueue#9874): a gang that has run
+less than its queue's minimum is no candidate at all, for reclaim or priority, whole or as a
+shrink slice (a resize restarts its workers too); a gang with no start time yet counts as
+just started. When only such gangs could make room, nobody is preempted and
+`protection_note` says which and when the first of them becomes a candidate.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from trainop.inventory import Snapshot
@@ -59,6 +66,17 @@ def released(victims: Iterable[Running], snapshot: Snapshot) -> dict[str, int]:
     return dict(out)
 
 
+def protected_for(r: Running, queues: Mapping[str, QueueState]) -> float:
+    """Seconds until `r` may be a victim under its queue's minRunSeconds (0: it may now).
+    Its run counts from the gang's start (`started`), at the pass's clock (`r.at`)."""
+    q = queues.get(r.queue)
+    least = q.min_run_seconds if q is not None else 0.0
+    if least <= 0 or r.at is None:
+        return 0.0
+    ran = 0.0 if r.job.started is None else max(0.0, r.at - r.job.started)
+    return max(0.0, least - ran)
+
+
 def plan_preemption(
     job: QueuedJob,
     q: QueueState,
@@ -67,10 +85,16 @@ def plan_preemption(
     ledger: Ledger,
     running: Iterable[Running],
     fits: Fits,
+    *,
+    protect: bool = True,
 ) -> PreemptPlan | None:
     """The first plan that works: reclaim within the cohort, then lower priority within
-    the queue, each group of `cands` in order (`excluded`: groups held for another head)."""
-    pool = [r for r in running if not r.fresh]
+    the queue, each group of `cands` in order (`excluded`: groups held for another head).
+    `protect`: leave out gangs younger than their queue's minRunSeconds (the rule; False
+    only to tell what the guarantee blocked, `protection_note`)."""
+    pool = [
+        r for r in running if not r.fresh and not (protect and protected_for(r, ledger.queues) > 0)
+    ]
     if (q.cohort or ledger.in_tree(q)) and q.reclaim_within_cohort and not q.unlimited:
         members = set(ledger.members(q)) - {q.name}
         for c in (c for c in cands if c.group.name not in excluded):
@@ -146,3 +170,36 @@ def search(
             chosen, found = trial, again
     fit, borrow = found
     return PreemptPlan(tuple(chosen), c, fit, borrow, reason)
+
+
+def protection_note(
+    job: QueuedJob,
+    q: QueueState,
+    cands: tuple[Candidate, ...],
+    excluded: Collection[str],
+    ledger: Ledger,
+    running: Iterable[Running],
+    fits: Fits,
+) -> str:
+    """Why no plan was found when the minimum run is what blocked it: the victims a plan
+    would take without the guarantee, and in how long the last of them may be taken
+    (""): nothing protected would have helped)."""
+    pool = [r for r in running if not r.fresh]
+    if not any(protected_for(r, ledger.queues) > 0 for r in pool):
+        return ""
+    plan = plan_preemption(job, q, cands, excluded, ledger, pool, fits, protect=False)
+    if plan is None:
+        return ""
+    shielded = [(protected_for(r, ledger.queues), r) for r in plan.victims]
+    shielded = [(left, r) for left, r in shielded if left > 0]
+    if not shielded:
+        return ""
+    left = max(t for t, _ in shielded)
+    names = ", ".join(
+        f"{r.key} (queue {r.queue}: minRunSeconds {ledger.queues[r.queue].min_run_seconds:g})"
+        for _, r in shielded
+    )
+    return (
+        f"preempting {names} would make room ({plan.reason}), but they have not run their "
+        f"guaranteed minimum yet; they become preemptible in {left:.0f} s"
+    )
