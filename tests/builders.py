@@ -129,6 +129,26 @@ class JobBuilder:
         spec.update(copy.deepcopy(pod_spec))
         return self
 
+    def checkpoint(
+        self,
+        volume: str = "checkpoints",
+        mount: str = "/checkpoints",
+        path: str = "",
+        roles: tuple[str, ...] = ("Worker",),
+        **fields: Any,
+    ) -> JobBuilder:
+        """spec.checkpoint naming `volume` (an emptyDir in each of `roles`' templates,
+        mounted at `mount` in each container) and `path` under it; `fields` add the rest
+        (gracePeriodSeconds, signal, ranks)."""
+        self.spec["checkpoint"] = {"volume": volume, **({"path": path} if path else {}), **fields}
+        for role in roles:
+            tpl = self.spec["replicaSpecs"][role].setdefault("template", {})
+            spec = tpl.setdefault("spec", {"containers": [{"name": "trainer"}]})
+            spec.setdefault("volumes", []).append({"name": volume, "emptyDir": {}})
+            for ctr in spec.get("containers") or []:
+                ctr.setdefault("volumeMounts", []).append({"name": volume, "mountPath": mount})
+        return self
+
     def pod_annotations(self, role: str = "Worker", **annotations: str) -> JobBuilder:
         """Annotations on the role's pods (e.g. the fake-kubelet's trainop.dev/fake-*)."""
         tpl = self.spec["replicaSpecs"][role].setdefault("template", {})

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainop import frameworks
+from trainop import frameworks, progress
 from trainop.api import constants as c
 from trainop.api.base import all_errors
 from trainop.api.fabricprofile import FabricProfile
@@ -268,8 +268,24 @@ def check_semantics(spec: TrainingJobSpec, config: OperatorConfig | None = None)
             )
         _check_template(role, r.template)
     _check_sharing(spec)
+    checkpoint_location(spec)
     if config is not None:
         candidates(spec, config)
+
+
+def checkpoint_location(spec: TrainingJobSpec) -> str | None:
+    """The directory every checkpoint of the job must lie under (trainop.progress.
+    checkpoint_root), None without spec.checkpoint; InvalidJob naming the field and the fix
+    when spec.checkpoint names no such place."""
+    if spec.checkpoint is None:
+        return None
+    ranked = frameworks.get(spec.framework.name).ranked
+    roles = [role for role in ranked if role in spec.replica_specs] or list(spec.replica_specs)
+    templates = {role: r.template or {} for role, r in spec.replica_specs.items()}
+    try:
+        return progress.checkpoint_root(spec.checkpoint.to_api(), templates, roles)
+    except progress.LocationError as err:
+        raise InvalidJob(err.field, err.message) from None
 
 
 def _check_template(role: str, template: Mapping[str, Any]) -> None:

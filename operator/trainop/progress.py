@@ -79,10 +79,10 @@ def _number(data: Mapping[str, Any], key: str, integer: bool = False) -> Any:
     return value
 
 
-def _text(data: Mapping[str, Any], key: str) -> str:
+def _text(data: Mapping[str, Any], key: str, limit: int = MAX_TEXT) -> str:
     value = data.get(key, "")
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise ReportError(f"{key}: must be a string of at most {MAX_TEXT} characters")
+    if not isinstance(value, str) or len(value) > limit:
+        raise ReportError(f"{key}: must be a string of at most {limit} characters")
     return value
 
 
@@ -119,7 +119,7 @@ def parse_report(data: Any) -> Report:
     ckpt = data.get("checkpoint") or {}
     if not isinstance(ckpt, Mapping):
         raise ReportError("checkpoint: must be an object {path, step}")
-    path = _text(ckpt, "path")
+    path = _text(ckpt, "path", MAX_PATH)
     ckpt_step = _number(ckpt, "step", integer=True)
     if bool(path) != (ckpt_step is not None):
         raise ReportError("checkpoint: give both path and step")
@@ -310,11 +310,141 @@ def lost_work_gpu_seconds(
     return max(0.0, (now - since).total_seconds()) * gpus
 
 
+# --- where checkpoints may live (issue 35) -------------------------------------------------
+MAX_PATH = 1024
+CHECKPOINT_FIELD = "spec.checkpoint.volume"
+
+
+class LocationError(ValueError):
+    """spec.checkpoint names no usable location; `field` is the field to fix."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+class CheckpointRefused(ReportError):
+    """A reported checkpoint path outside the job's checkpoint location (403, a Warning Event)."""
+
+
+def _clean_parts(path: str) -> list[str] | None:
+    """The parts of an absolute, normalized path, None when it is not one: every part
+    non-empty and neither . nor .. (so no //, no trailing /, no way up), printable."""
+    if not path.startswith("/") or not path.isprintable():
+        return None
+    parts = path[1:].split("/")
+    if path == "/":
+        return []
+    if any(p in ("", ".", "..") for p in parts):
+        return None
+    return parts
+
+
+def checkpoint_root(
+    checkpoint: Mapping[str, Any] | None,
+    templates: Mapping[str, Mapping[str, Any]],
+    roles: tuple[str, ...] | list[str],
+) -> str | None:
+    """The directory (as the trainer's containers see it) that every checkpoint of the job
+    must lie under: the mountPath of spec.checkpoint.volume plus spec.checkpoint.path. None
+    without spec.checkpoint; LocationError when it names no such place. `templates`: each
+    role's pod template; `roles`: the roles whose pods train (the framework's ranked roles
+    present in the job): each must declare the volume and mount it, at one mountPath."""
+    if checkpoint is None:
+        return None
+    volume = str(checkpoint.get("volume") or "")
+    fix = (
+        "name the pod template volume the trainer writes checkpoints to, e.g. "
+        "checkpoint: {volume: checkpoints}, with volumes: [{name: checkpoints, "
+        "persistentVolumeClaim: ...}] and volumeMounts: [{name: checkpoints, "
+        "mountPath: /checkpoints}]"
+    )
+    if not volume:
+        raise LocationError(CHECKPOINT_FIELD, f"required with spec.checkpoint: {fix}")
+    sub = str(checkpoint.get("path") or "")
+    if sub and (_clean_parts("/" + sub) is None or sub.startswith("/")):
+        raise LocationError(
+            "spec.checkpoint.path",
+            f"must be a relative directory under the volume with no empty, . or .. parts "
+            f"(e.g. runs/bert), got {sub!r}",
+        )
+    mounts: set[str] = set()
+    for role in roles:
+        spec = (templates.get(role) or {}).get("spec") or {}
+        declared = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, Mapping)}
+        if volume not in declared:
+            raise LocationError(
+                CHECKPOINT_FIELD,
+                f"{volume!r} is not a volume of spec.replicaSpecs.{role}.template: {fix}",
+            )
+        found = {
+            str(m.get("mountPath") or "")
+            for ctr in spec.get("containers") or []
+            if isinstance(ctr, Mapping)
+            for m in ctr.get("volumeMounts") or []
+            if isinstance(m, Mapping) and m.get("name") == volume
+        }
+        if not found:
+            raise LocationError(
+                CHECKPOINT_FIELD,
+                f"no container of spec.replicaSpecs.{role} mounts volume {volume!r}: add a "
+                "volumeMounts entry for it to the trainer's container",
+            )
+        mounts |= found
+    if len(mounts) > 1:
+        raise LocationError(
+            CHECKPOINT_FIELD,
+            f"volume {volume!r} is mounted at {sorted(mounts)}: mount it at one mountPath in "
+            "every container, so one reported path means one place",
+        )
+    mount = next(iter(mounts), "")
+    if _clean_parts(mount.rstrip("/") or "/") is None:
+        raise LocationError(
+            CHECKPOINT_FIELD,
+            f"volume {volume!r} is mounted at {mount!r}, not a clean absolute path",
+        )
+    root = mount.rstrip("/")
+    return f"{root}/{sub}" if sub else (root or "/")
+
+
+def confined(path: Any, root: str | None) -> str:
+    """Why the checkpoint `path` may not be used for a job whose checkpoints live under
+    `root` ("" when it may). What the operator checks is the string alone: it cannot see the
+    volume, so a symlink inside it, which the job's own trainer (or anything else that writes
+    to the volume) made, is followed by the next gang's trainer; the string cannot leave
+    `root` by its parts (no .., no ., no //), by a prefix (/ckpt-evil is not under /ckpt), by
+    a control character or NUL, or by length. docs/progress.md."""
+    if root is None:
+        return "the job names no checkpoint location (spec.checkpoint.volume)"
+    if not isinstance(path, str) or not path:
+        return "must be a non-empty string"
+    if len(path) > MAX_PATH:
+        return f"longer than {MAX_PATH} characters"
+    parts = _clean_parts(path)
+    if parts is None:
+        return "must be an absolute path with no empty, . or .. parts and no control characters"
+    base = _clean_parts(root) or []
+    if parts[: len(base)] != base:
+        return f"outside the job's checkpoint location {root}"
+    return ""
+
+
+def check_checkpoint(report: Report, root: str | None) -> None:
+    """CheckpointRefused when `report` carries a checkpoint outside `root`."""
+    if not report.checkpoint_path:
+        return
+    why = confined(report.checkpoint_path, root)
+    if why:
+        raise CheckpointRefused(f"checkpoint.path {report.checkpoint_path[:200]!r}: {why}")
+
+
 # --- pod wiring ----------------------------------------------------------------------------
-def resume_env(status: Mapping[str, Any]) -> dict[str, str]:
-    """TRAINOP_RESUME_FROM (and its step) from the last reported checkpoint, if any."""
+def resume_env(status: Mapping[str, Any], root: str | None) -> dict[str, str]:
+    """TRAINOP_RESUME_FROM (and its step) from the last reported checkpoint, only when it
+    lies under the job's checkpoint location `root` (a status written before the rule, or
+    edited by hand, gives no resume)."""
     ckpt = ((status.get("progress") or {}).get("lastCheckpoint")) or {}
-    if not ckpt.get("path"):
+    if not ckpt.get("path") or confined(ckpt["path"], root):
         return {}
     return {RESUME_ENV: str(ckpt["path"]), RESUME_STEP_ENV: str(ckpt.get("step", 0))}
 

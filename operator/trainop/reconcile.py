@@ -46,6 +46,7 @@ from trainop.planner import (
     OperatorConfig,
     Plan,
     Wait,
+    checkpoint_location,
     plan_job,
     size_estimates,
     success_roles,
@@ -1021,7 +1022,7 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
 
 def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
     """A gang pod with the progress channel and TRAINOP_RESUME_FROM (trainop.progress)."""
-    resume = progress.resume_env(ctx.st.new)
+    resume = progress.resume_env(ctx.st.new, checkpoint_location(ctx.job_spec))
     url = ctx.config.progress_url
     if obj.get("kind") != "Pod" or not (url or resume):
         return obj

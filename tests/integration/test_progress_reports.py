@@ -21,9 +21,11 @@ from trainop.api.progress import PROGRESS_AUDIENCE, TRAINER_STATUS_PATH
 pytestmark = pytest.mark.usefixtures("operator")
 
 
-def _running_job(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+def _running_job(kube: Kube, ns: str, name: str, checkpoint: bool = False) -> dict[str, Any]:
     builder = job(name, namespace=ns, workers=1, gpus=1).fake_run("300s")
     builder.template(containers=[{"name": "trainer", "command": ["python", "train.py"]}])
+    if checkpoint:  # checkpoints live under /ckpt (issue 35)
+        builder.checkpoint(mount="/ckpt")
     kube.apply(builder.manifest())
     kube.wait_for(
         f"{ns}/{name} Running",
@@ -75,7 +77,7 @@ def _progress(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
 def test_a_pod_reports_for_its_own_job_only(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
-    pod_a = _running_job(kube, namespace, "rep-a")
+    pod_a = _running_job(kube, namespace, "rep-a", checkpoint=True)
     _running_job(kube, namespace, "rep-b")
     token_a = _token(kube, namespace, pod_a)
     report = {

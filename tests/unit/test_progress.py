@@ -305,7 +305,9 @@ def _gang_pod() -> dict[str, Any]:
 
 def test_wired_pods_get_url_token_rank_and_resume_point() -> None:
     pod = _gang_pod()
-    resume = progress.resume_env({"progress": {"lastCheckpoint": {"path": "/c/7", "step": 7}}})
+    resume = progress.resume_env(
+        {"progress": {"lastCheckpoint": {"path": "/c/7", "step": 7}}}, "/c"
+    )
     out = progress.wire_pod(pod, "http://op:8082/v1/progress", {"signal": "SIGUSR2"}, resume, 5.0)
     env = {e["name"]: e["value"] for e in out["spec"]["containers"][0]["env"]}
     assert env["TRAINOP_PROGRESS_URL"] == "http://op:8082/v1/progress"

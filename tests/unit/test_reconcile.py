@@ -1763,7 +1763,7 @@ def _started(
     and a report `reported_ago` seconds before NOW (as given)."""
     b = running(job())
     if checkpoint:
-        b.spec["checkpoint"] = {"gracePeriodSeconds": 60}
+        b.checkpoint(gracePeriodSeconds=60)
     if deadline is not None:
         b.spec["progress"] = {"startupDeadlineSeconds": deadline}
     if reported_ago is not None:
@@ -1853,7 +1853,7 @@ def _drain(b: JobBuilder, change: Callable[[dict[str, Any]], None], offset: floa
 
 def _checkpointing(**status: Any) -> JobBuilder:
     b = running(job())
-    b.spec["checkpoint"] = {"gracePeriodSeconds": 60}
+    b.checkpoint(gracePeriodSeconds=60)
     return b.with_status(**{"progress": {"step": 500, "lastReportTime": iso(NOW)}, **status})
 
 

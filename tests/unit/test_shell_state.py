@@ -829,7 +829,7 @@ def test_an_eviction_waits_for_the_checkpoint_in_the_jobs_record(
     from trainop.queueing.model import Action
 
     state = fleet_state()
-    body = job("bert", workers=2, gpus=8).set("checkpoint", {"gracePeriodSeconds": 60})
+    body = job("bert", workers=2, gpus=8).checkpoint(gracePeriodSeconds=60)
     state.upsert_job(body.meta(resourceVersion="1").phase("Running").build())
     for name, node in (("bert-worker-0", "a100-01"), ("bert-worker-1", "a100-02")):
         state.upsert_pod(pod(name).on(node).gpus(8).running().build())

@@ -76,6 +76,21 @@ class CheckpointSpec(ApiModel):
         description="Who is signalled: rank 0's trainer only (it writes the checkpoint) or "
         "every rank (each writes its own shard).",
     )
+    volume: str = Field(
+        default="",
+        max_length=63,
+        description="Where checkpoints live: the name of a volume of the pod template, "
+        "mounted by the trainer's containers (the same mountPath in each). Required: a "
+        "reported checkpoint path outside it is refused, and TRAINOP_RESUME_FROM only ever "
+        "points inside it (docs/progress.md).",
+    )
+    path: str = Field(
+        default="",
+        max_length=255,
+        description="A directory under the volume's mount, relative (e.g. runs/bert; no "
+        "leading /, no . or .. parts); empty: the whole mount. Reported checkpoint paths must "
+        "lie under <mountPath>/<path>.",
+    )
 
 
 class CheckpointRef(ApiModel):

@@ -61,6 +61,8 @@ SPEC_FIELDS: dict[str, str] = {
     "checkpoint.gracePeriodSeconds": f"{NONE}: as checkpoint",
     "checkpoint.signal": f"{NONE}: as checkpoint",
     "checkpoint.ranks": f"{NONE}: as checkpoint",
+    "checkpoint.volume": f"{NONE}: as checkpoint",
+    "checkpoint.path": f"{NONE}: as checkpoint",
     "elastic": "PyTorchJob spec.elasticPolicy; a torch runtime's mlPolicy.torch.elasticPolicy",
     "elastic.minReplicas": "elasticPolicy.minReplicas; elasticPolicy.minNodes",
     "elastic.maxReplicas": "elasticPolicy.maxReplicas; elasticPolicy.maxNodes",

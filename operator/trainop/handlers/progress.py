@@ -34,6 +34,7 @@ from trainop.api import constants as c
 from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH, TRAINER_STATUS_PATH
 from trainop.handlers.state import JobKey, ShellState, job_key, split_key
 from trainop.kube.client import KubeApi
+from trainop.planner import InvalidJob, checkpoint_location, parse_spec
 
 log = logging.getLogger("trainop.progress")
 
@@ -41,6 +42,7 @@ PATH = PROGRESS_PATH
 REVIEW_TTL = 60.0
 MAX_CACHED = 20_000
 MAX_BODY = 16_384
+WARN_EVERY = 60.0  # at most one CheckpointRefused Event per job per minute
 # status.progress keys a report may drop (trainop.progress.fold, trainop.trainerstatus).
 DROPPED = frozenset(
     {
@@ -70,6 +72,9 @@ class ProgressService:
     ) -> None:
         self.api, self.state, self.interval, self.clock = api, state, interval, clock
         self.reviews: dict[str, tuple[progress.ReportingPod, float]] = {}
+        # (job uid, generation) -> where its checkpoints must lie (None: nowhere)
+        self.roots: dict[tuple[str, int], str | None] = {}
+        self.warned: dict[JobKey, float] = {}  # the last CheckpointRefused Event per job
 
     def latest(self, key: JobKey) -> dict[str, Any] | None:
         """The job's newest progress report, None before its first (or once it is gone)."""
@@ -111,6 +116,39 @@ class ProgressService:
         progress.job_of_pod(pod, who, job)
         assert job is not None and pod is not None
         return key, pod
+
+    def checkpoint_root(self, job: Mapping[str, Any]) -> str | None:
+        """Where `job`'s checkpoints must lie (trainop.planner.checkpoint_location), kept
+        per spec generation; None when it names no valid location."""
+        meta = job.get("metadata") or {}
+        memo = (str(meta.get("uid", "")), int(meta.get("generation") or 0))
+        if memo not in self.roots:
+            if len(self.roots) >= MAX_CACHED:
+                self.roots.clear()
+            try:
+                self.roots[memo] = checkpoint_location(parse_spec(job))
+            except InvalidJob:
+                self.roots[memo] = None
+        return self.roots[memo]
+
+    def check_checkpoint(self, key: JobKey, report: progress.Report) -> None:
+        """CheckpointRefused when the report's checkpoint lies outside the job's location."""
+        if report.checkpoint_path:
+            progress.check_checkpoint(report, self.checkpoint_root(self.state().job(key) or {}))
+
+    async def warn_refused(self, key: JobKey, err: progress.CheckpointRefused) -> None:
+        """A Warning Event CheckpointRefused on the job, at most one a minute per job (a
+        replayed token cannot flood the job's Events)."""
+        now = self.clock()
+        job, api = self.state().job(key), self.api()
+        if job is None or api is None or now - self.warned.get(key, -WARN_EVERY) < WARN_EVERY:
+            return
+        self.warned[key] = now
+        message = f"a progress report was refused: {err} (spec.checkpoint; docs/progress.md)"
+        try:
+            await asyncio.to_thread(api.post_event, job, "Warning", "CheckpointRefused", message)
+        except Exception as error:  # an Event is news, not a duty
+            log.warning("CheckpointRefused Event for %s failed: %s", key, error)
 
     def answer(self, key: JobKey) -> dict[str, Any]:
         """What the pod learns: whether a checkpoint is wanted, since when."""
@@ -223,6 +261,7 @@ class ProgressService:
 
     def forget(self, key: JobKey) -> None:
         """A deleted job's series go (what it reported went with its JobMemory)."""
+        self.warned.pop(key, None)
         metrics.forget_job(*split_key(key))
 
 
@@ -238,7 +277,13 @@ async def _handle(service: ProgressService, request: web.Request) -> web.Respons
                 data = json.loads(raw or b"null")
             except ValueError as err:
                 raise progress.ReportError(f"the report is not JSON: {err}") from None
-            outcome = await service.accept(key, pod, progress.parse_report(data))
+            report = progress.parse_report(data)
+            try:
+                service.check_checkpoint(key, report)
+            except progress.CheckpointRefused as err:
+                await service.warn_refused(key, err)
+                raise
+            outcome = await service.accept(key, pod, report)
             metrics.PROGRESS_REPORTS.labels(outcome).inc()
         return web.json_response(service.answer(key))
     except progress.ReportError as err:
@@ -276,7 +321,7 @@ async def _handle_trainer_status(service: ProgressService, request: web.Request)
 def _refused(err: progress.ReportError) -> web.Response:
     metrics.PROGRESS_REPORTS.labels("refused").inc()
     status = 401 if str(err).startswith(("token", "Authorization")) else 400
-    if "not a pod" in str(err):
+    if "not a pod" in str(err) or isinstance(err, progress.CheckpointRefused):
         status = 403
     return web.json_response({"error": str(err)}, status=status)
 
