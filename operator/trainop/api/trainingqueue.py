@@ -231,6 +231,11 @@ class TrainingQueueSpec(ApiModel):
         description="Preemption policy.",
         json_schema_extra={"default": {}},
     )
+    migratable: bool = Field(
+        default=True,
+        description="false: this queue's jobs are never moved to a better placement by "
+        "checkpoint and restart, even where the operator's migration is on.",
+    )
     fair_sharing: FairSharing | None = Field(
         default=None,
         description="Fair share over time: weigh the queue's recent usage with a half-life.",

@@ -142,6 +142,8 @@ class QueueState:
     # spec.preemption.minRunSeconds: its jobs are no preemption (or migration) victim
     # before their gang ran this long (queueing.preemption.protected_for).
     min_run_seconds: float = 0.0
+    # spec.migratable: false keeps its jobs where they were admitted (queueing.migration).
+    migratable: bool = True
     # Queue resolution (queueing.resolve)
     namespaces: tuple[str, ...] = ()
     namespace_selector: tuple[tuple[str, str], ...] | None = None
@@ -201,6 +203,7 @@ class QueueState:
             reclaim_within_cohort=spec.preemption.reclaim_within_cohort,
             within_queue=spec.preemption.within_queue,
             min_run_seconds=float(spec.preemption.min_run_seconds),
+            migratable=spec.migratable,
             max_running_jobs=spec.policy.max_running_jobs,
             unlimited=not groups,
             topology_wait_seconds=(
@@ -308,6 +311,9 @@ class QueuedJob:
     blocked_reason: str | None = None
     blocked_message: str = ""
     expected_end: float | None = None
+    # How long a pending job is expected to run once started (None: unknown): what starting
+    # it now is worth to migration (queueing.migration's waiting-gang gain).
+    expected_run: float | None = None
     # Elastic jobs (spec.elastic; queueing.elastic): (minReplicas, maxReplicas) of the Worker
     # role and the GPUs of one Worker; `size` the Worker count this record stands for (an
     # admitted job: the count it runs; a pending one: the size being tried), `workers` the

@@ -1,0 +1,359 @@
+"""Migration: which running gangs to move, by checkpoint and restart, to a better placement.
+
+trainop places a gang well when it is admitted; a gang admitted across two racks would stay
+there until it ends. A gang that checkpoints (spec.checkpoint) can be moved cheaply: ask for
+a checkpoint, wait for it, and start the gang again elsewhere with TRAINOP_RESUME_FROM. This
+module decides when that pays. Pure: the clock, the snapshot and the placer are arguments.
+
+Neighbours: the caller (the operator's admission cycle, `queueing.cluster`, and the
+simulator, `queueing.simulate`) runs `plan_moves` after `queueing.admission.admit`, on the
+snapshot as the pass left it (everything admitted and every hold reserved), so a move only
+ever takes GPUs no waiting gang was given. `queueing.preemption.protected_for` supplies the
+minimum-run rule; `queueing.model` the records. The operator carries a Move out through
+the checkpoint-then-restart path of `trainop.reconcile` (status.checkpointRequest).
+
+The rule, in words (issue 37):
+- **Gain**: (the gang's allreduce estimate now - the estimate at the best placement free
+  now) x its steps left: seconds of this gang's time saved, if it does one allreduce per step
+  (the cost model's 1 GiB estimate). Steps left come from status.progress.step and
+  spec.progress.totalSteps; no estimate of steps left, no move.
+- **Cost**: seconds this gang is down for the move: its own measured time from a checkpoint
+  request to Running again (from its last move), or the configured default before it has one.
+- **Or the gain of a waiting gang**: a gang W that waits for GPUs (NoFit), of priority at
+  least this gang's, that fits whole once this gang moves to a placement free now (W on
+  this gang's nodes and what is free, this gang elsewhere). Worth W's expected run
+  (`QueuedJob.expected_run`; unknown: nothing) x W's GPUs / this gang's GPUs: W's work
+  started now rather than later, in this gang's seconds; less what this gang loses when
+  its new placement is slower (its steps left x the allreduce difference; unknown steps
+  left: only a placement no slower counts). The larger of the two gains is taken.
+- **Move when gain >= multiple x cost** (default 2x).
+- **Bounds**, each a named refusal: the operator's switch (off by default); at most
+  `max_in_flight` moves at once; never the same job twice within `window_seconds`; never a
+  job without spec.checkpoint, with spec.placement.migratable false, or of a queue that opts
+  out; never a job younger than its queue's minRunSeconds; never for its own sake while a
+  job of higher priority waits for GPUs (a move must not take what preemption would not
+  let it take), and only for waiting gangs of at least its priority.
+- The destination is reserved (on the snapshot the caller keeps) from the decision until the
+  gang runs there, so no one takes it while the gang checkpoints.
+- Candidates go largest gain first; each move reserves its destination before the next is
+  looked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from trainop.inventory import Snapshot
+from trainop.queueing.groups import group_of
+from trainop.queueing.model import Fit, Placer, QueuedJob, QueueState
+from trainop.queueing.ordering import Running
+from trainop.queueing.preemption import protected_for
+
+# Refusals, each with a named-case row in tests/unit/test_queueing_migration.py.
+OFF = "Off"
+NO_CHECKPOINT = "NoCheckpoint"
+OPTED_OUT = "OptedOut"
+QUEUE_OPTED_OUT = "QueueOptedOut"
+IN_FLIGHT = "InFlight"
+RECENTLY_MOVED = "RecentlyMoved"
+MIN_RUN = "MinRun"
+NO_ESTIMATE = "NoEstimate"
+HIGHER_PRIORITY_WAITS = "HigherPriorityWaits"
+NO_BETTER_PLACEMENT = "NoBetterPlacement"
+NOT_WORTH_IT = "NotWorthIt"
+SLOTS_FULL = "SlotsFull"
+
+
+@dataclass(frozen=True)
+class MigrationPolicy:
+    """The operator config's `migration:` block (off by default)."""
+
+    enabled: bool = False
+    gain_multiple: float = 2.0  # move when gain >= gain_multiple x cost
+    default_cost_seconds: float = 300.0  # a move's cost before the job has a measured one
+    max_in_flight: int = 1  # moves under way at once (checkpointing or restarting)
+    window_seconds: float = 3600.0  # never the same job twice within this
+
+
+@dataclass(frozen=True)
+class Mover:
+    """A running gang as migration sees it.
+
+    job: its QueuedJob (admitted: nodes, started, priority, queue). checkpoints: it has
+    spec.checkpoint. migratable: spec.placement.migratable. allreduce: its placement's
+    estimate now (status.placement.estimatedAllreduceSeconds). steps_left: totalSteps - step
+    (None: unknown). measured_cost: seconds from its last move's checkpoint request to
+    Running again (None: never moved). last_moved: when its last move was decided.
+    moving: a move of it is under way now (it counts against max_in_flight)."""
+
+    job: QueuedJob
+    checkpoints: bool
+    migratable: bool = True
+    allreduce: float | None = None
+    steps_left: int | None = None
+    measured_cost: float | None = None
+    last_moved: float | None = None
+    moving: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.job.key
+
+
+@dataclass(frozen=True)
+class Move:
+    """Move `key` from `source` to the placement `to`: est. `gain` and `cost` in seconds."""
+
+    key: str
+    source: tuple[str, ...]
+    to: Fit
+    gain: float
+    cost: float
+    cost_measured: bool
+    allreduce_before: float
+    allreduce_after: float
+    unblocks: str | None = None  # the waiting gang this move lets start
+
+    def reserves(self, job: QueuedJob) -> dict[str, int]:
+        """The GPUs the destination takes beyond those the gang holds there already (those
+        stay its own through the move): what is reserved while it checkpoints."""
+        own = dict(job.nodes)
+        out = {n: g - own.get(n, 0) for n, g in self.to.gpus_by_node}
+        return {n: g for n, g in out.items() if g > 0}
+
+    @property
+    def destination(self) -> tuple[str, ...]:
+        return self.to.nodes or tuple(n for n, _ in self.to.gpus_by_node)
+
+    @property
+    def message(self) -> str:
+        how = "measured on its last move" if self.cost_measured else "the configured default"
+        why = f"so that {self.unblocks} can start" if self.unblocks else "over the steps left"
+        return (
+            f"moved from {', '.join(self.source)} to {', '.join(self.destination)}: est. "
+            f"allreduce {self.allreduce_before * 1000:.1f} -> {self.allreduce_after * 1000:.1f} "
+            f"ms/step, gain {self.gain:.0f} s {why}, cost {self.cost:.0f} s ({how})"
+        )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    key: str
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """What one look decided: the moves (largest gain first), the snapshot with their
+    destinations reserved, and why every other candidate stays."""
+
+    moves: tuple[Move, ...] = ()
+    snapshot: Snapshot | None = None
+    refusals: Mapping[str, Refusal] = field(default_factory=dict)
+
+
+def eligibility(
+    m: Mover,
+    now: float,
+    policy: MigrationPolicy,
+    queues: Mapping[str, QueueState],
+    waiting: Iterable[QueuedJob],
+) -> Refusal | None:
+    """The first rule that keeps `m` where it is, before any placement is tried."""
+    q = queues.get(m.job.queue)
+
+    def no(rule: str, message: str) -> Refusal:
+        return Refusal(m.key, rule, message)
+
+    if not policy.enabled:
+        return no(OFF, "migration is off (operator config migration.enabled)")
+    if m.moving:
+        return no(IN_FLIGHT, "a move of it is under way")
+    if not m.checkpoints:
+        return no(NO_CHECKPOINT, "no spec.checkpoint: it cannot resume elsewhere")
+    if not m.migratable:
+        return no(OPTED_OUT, "spec.placement.migratable is false")
+    if q is not None and not q.migratable:
+        return no(QUEUE_OPTED_OUT, f"queue {q.name} opts out (spec.migratable false)")
+    if m.last_moved is not None and now - m.last_moved < policy.window_seconds:
+        left = policy.window_seconds - (now - m.last_moved)
+        return no(RECENTLY_MOVED, f"moved {now - m.last_moved:.0f} s ago; again in {left:.0f} s")
+    shielded = protected_for(Running(m.job, "", at=now), queues)
+    if shielded > 0:
+        return no(MIN_RUN, f"within its queue's minRunSeconds for {shielded:.0f} s more")
+    if m.allreduce is None:
+        return no(NO_ESTIMATE, "no allreduce estimate of its placement now")
+    return None
+
+
+def plan_moves(
+    now: float,
+    movers: Sequence[Mover],
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    policy: MigrationPolicy,
+    waiting: Sequence[QueuedJob] = (),
+) -> MigrationPlan:
+    """The moves to start now (see the module doc). `snapshot`: the cluster as the pass left
+    it, movers' GPUs held; `waiting`: jobs of the pass that wait for GPUs (Quota, NoFit,
+    Topology); `place`: the placer the pass used."""
+    refusals: dict[str, Refusal] = {}
+    slots = policy.max_in_flight - sum(1 for m in movers if m.moving)
+    offers: list[tuple[float, Move]] = []
+    for m in movers:
+        why = eligibility(m, now, policy, queues, waiting)
+        if why is not None:
+            refusals[m.key] = why
+            continue
+        move, why = _best(m, snapshot, place, queues, policy, waiting)
+        if why is not None:
+            refusals[m.key] = why
+        elif move is not None:
+            offers.append((move.gain, move))
+    moves: list[Move] = []
+    for _, move in sorted(offers, key=lambda o: (-o[0], o[1].key)):
+        if slots <= 0:
+            refusals[move.key] = Refusal(
+                move.key, SLOTS_FULL, f"{policy.max_in_flight} move(s) already under way"
+            )
+            continue
+        # An earlier move of this look may have taken its destination: place it again.
+        m = next(x for x in movers if x.key == move.key)
+        again, why = _best(m, snapshot, place, queues, policy, waiting)
+        if again is None:
+            refusals[move.key] = why or Refusal(move.key, NO_BETTER_PLACEMENT, "taken")
+            continue
+        moves.append(again)
+        snapshot = snapshot.with_reserved(again.reserves(m.job))
+        slots -= 1
+    return MigrationPlan(tuple(moves), snapshot, refusals)
+
+
+def _best(
+    m: Mover,
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    policy: MigrationPolicy,
+    waiting: Sequence[QueuedJob],
+) -> tuple[Move | None, Refusal | None]:
+    """The better of moving `m` for its own sake and moving it for a waiting gang, and
+    whether that pays (gain >= multiple x cost)."""
+    assert m.allreduce is not None
+    own_move, why = _for_itself(m, snapshot, place, queues)
+    higher = [w for w in waiting if w.priority > m.job.priority]
+    if higher and own_move is not None:
+        # A move for its own sake must not take what a higher-priority gang waits for
+        # (preemption would not let it); a move that lets such a gang start may go on.
+        own_move = None
+        why = Refusal(
+            m.key,
+            HIGHER_PRIORITY_WAITS,
+            f"{higher[0].key} (priority {higher[0].priority}) waits for GPUs",
+        )
+    offers = [x for x in (own_move, *_for_waiters(m, snapshot, place, queues, waiting)) if x]
+    if not offers:
+        return None, why
+    cost = m.measured_cost if m.measured_cost is not None else policy.default_cost_seconds
+    best = max(offers, key=lambda o: (o[0], o[2] or ""))
+    gain, fit, unblocks = best
+    if gain < policy.gain_multiple * cost:
+        return None, Refusal(
+            m.key,
+            NOT_WORTH_IT,
+            f"gain {gain:.0f} s < {policy.gain_multiple:g} x cost {cost:.0f} s",
+        )
+    assert fit.allreduce is not None
+    move = Move(
+        m.key,
+        tuple(n for n, _ in m.job.nodes),
+        fit,
+        gain,
+        cost,
+        m.measured_cost is not None,
+        m.allreduce,
+        fit.allreduce.seconds,
+        unblocks,
+    )
+    return move, None
+
+
+_Offer = tuple[float, Fit, str | None]  # gain, destination, the waiting gang it serves
+
+
+def _as_pending(job: QueuedJob) -> QueuedJob:
+    return QueuedJob(
+        key=job.key,
+        queue=job.queue,
+        gpus=job.gpus,
+        created=job.created,
+        priority=job.priority,
+        products=job.products,
+    )
+
+
+def _products(m: Mover, queues: Mapping[str, QueueState]) -> tuple[str, ...] | None:
+    q = queues.get(m.job.queue)
+    group = q.group(group_of(q, m.job.product)) if q is not None and not q.unlimited else None
+    return group.products if group is not None and group.products else None
+
+
+def _for_itself(
+    m: Mover, snapshot: Snapshot, place: Placer, queues: Mapping[str, QueueState]
+) -> tuple[_Offer | None, Refusal | None]:
+    """The best placement free now for `m` and its gain. Its own GPUs count as free (the
+    new placement may keep some of its nodes); the gang restarts whole."""
+    assert m.allreduce is not None
+    own = {node: gpus for node, gpus in m.job.nodes if node in snapshot}
+    result = place(_as_pending(m.job), snapshot.with_released(own), _products(m, queues))
+    if not isinstance(result, Fit) or result.allreduce is None:
+        return None, Refusal(m.key, NO_BETTER_PLACEMENT, "no placement free now")
+    after = result.allreduce.seconds
+    if set(result.gpus_by_node) == set(m.job.nodes) or after >= m.allreduce:
+        return None, Refusal(
+            m.key,
+            NO_BETTER_PLACEMENT,
+            f"the best placement free now is no faster ({after * 1000:.1f} ms vs "
+            f"{m.allreduce * 1000:.1f} ms)",
+        )
+    if m.steps_left is None:
+        return None, Refusal(
+            m.key, NO_ESTIMATE, "no estimate of steps left (spec.progress.totalSteps, reports)"
+        )
+    return ((m.allreduce - after) * m.steps_left, result, None), None
+
+
+def _for_waiters(
+    m: Mover,
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    waiting: Sequence[QueuedJob],
+) -> list[_Offer]:
+    """Moves of `m` that let a waiting gang of at least its priority start whole now."""
+    assert m.allreduce is not None
+    out: list[_Offer] = []
+    own = {node: gpus for node, gpus in m.job.nodes if node in snapshot}
+    freed = snapshot.with_released(own)
+    for w in waiting:
+        if w.priority < m.job.priority or not w.expected_run or w.admitted:
+            continue
+        if isinstance(place(w, snapshot, None), Fit):
+            continue  # it fits without the move (it waits on quota, or the pass held it)
+        fw = place(w, freed, None)
+        if not isinstance(fw, Fit):
+            continue
+        rest = freed.with_reserved(dict(fw.gpus_by_node))
+        fm = place(_as_pending(m.job), rest, _products(m, queues))
+        if not isinstance(fm, Fit) or fm.allreduce is None:
+            continue
+        slower = fm.allreduce.seconds - m.allreduce
+        if slower > 0 and m.steps_left is None:
+            continue  # its own loss unknown: only a placement no slower counts
+        loss = max(0.0, slower) * (m.steps_left or 0)
+        value = w.expected_run * w.gpus / max(m.job.gpus, 1) - loss
+        out.append((value, fm, w.key))
+    return out
