@@ -279,6 +279,14 @@ PROGRESS_REPORTS = Counter(
     "Kubeflow trainerStatus body for a job whose trainop Reporter reports).",
     ["outcome"],
 )
+PROGRESS_REFUSALS = Counter(
+    "trainop_progress_refusals_total",
+    "Progress and trainerStatus requests refused; label reason (token: 401, no valid "
+    "pod-bound token | pod: 403, not a live gang pod | checkpoint_path: 403, a checkpoint "
+    "outside spec.checkpoint's location | too_large: 413 | rate_limited: 429 | not_json, "
+    "invalid: 400 | job_gone: 410).",
+    ["reason"],
+)
 CHECKPOINT_WAITS = Histogram(
     "trainop_checkpoint_wait_seconds",
     "From a checkpoint request to the gang's eviction; label outcome (checkpointed|deadline).",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -50,7 +50,60 @@ KUBEFLOW_ENV = (KUBEFLOW_URL_ENV, KUBEFLOW_TOKEN_ENV, KUBEFLOW_CA_ENV)
 
 
 class ReportError(ValueError):
-    """A report that cannot be used; the message names the field and the fix."""
+    """A report that cannot be used; the message names the field and the fix. `status` is
+    the HTTP answer, `reason` the label of trainop_progress_refusals_total, `temporary`
+    whether sending the same again later may succeed (the rest are permanent)."""
+
+    status = 400
+    reason = "invalid"
+    temporary = False
+
+
+class NotJson(ReportError):
+    reason = "not_json"
+
+
+class TokenRefused(ReportError):
+    """The bearer token is missing, not a pod-bound token for trainop's audience, or invalid."""
+
+    status, reason = 401, "token"
+
+
+class NotAPod(ReportError):
+    """The token's pod is not a live pod of a TrainingJob."""
+
+    status, reason = 403, "pod"
+
+
+class JobGone(ReportError):
+    status, reason = 410, "job_gone"
+
+
+class TooLarge(ReportError):
+    status, reason = 413, "too_large"
+
+
+class RateLimited(ReportError):
+    """More reports from one pod than the endpoint takes; `retry_after` seconds to wait."""
+
+    status, reason, temporary = 429, "rate_limited", True
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# Every refusal, by reason (the labels of trainop_progress_refusals_total).
+REFUSAL_REASONS = (
+    "token",
+    "pod",
+    "too_large",
+    "rate_limited",
+    "not_json",
+    "invalid",
+    "checkpoint_path",
+    "job_gone",
+)
 
 
 @dataclass(frozen=True)
@@ -68,21 +121,26 @@ class Report:
     metrics: tuple[tuple[str, str], ...] = ()  # (name, value as text), e.g. ("loss", "0.61")
 
 
+MAX_NUMBER = 2**53  # steps and counts: the largest integer a JSON number holds exactly
+
+
 def _number(data: Mapping[str, Any], key: str, integer: bool = False) -> Any:
     value = data.get(key)
     if value is None:
         return None
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, int) and ok and not isinstance(value, bool) and value > MAX_NUMBER:
+        ok = False  # (math.isfinite of a 400-digit integer raises OverflowError)
     if isinstance(value, bool) or not ok or not math.isfinite(value) or value < 0:
         kind = "an integer" if integer else "a number"
         raise ReportError(f"{key}: must be {kind} >= 0, got {value!r}")
     return value
 
 
-def _text(data: Mapping[str, Any], key: str, limit: int = MAX_TEXT) -> str:
+def _text(data: Mapping[str, Any], key: str, limit: int = MAX_TEXT, where: str = "") -> str:
     value = data.get(key, "")
     if not isinstance(value, str) or len(value) > limit:
-        raise ReportError(f"{key}: must be a string of at most {limit} characters")
+        raise ReportError(f"{where or key}: must be a string of at most {limit} characters")
     return value
 
 
@@ -102,6 +160,7 @@ def _metrics(data: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
                 f"characters, got {name!r}"
             )
         ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and not (isinstance(value, int) and abs(value) > MAX_NUMBER)
         if not ok or not math.isfinite(value) or not name.isprintable():
             raise ReportError(f"metrics.{name}: must be a finite number, got {value!r}")
         out.append((name, f"{value:.6g}" if isinstance(value, float) else str(value)))
@@ -119,7 +178,7 @@ def parse_report(data: Any) -> Report:
     ckpt = data.get("checkpoint") or {}
     if not isinstance(ckpt, Mapping):
         raise ReportError("checkpoint: must be an object {path, step}")
-    path = _text(ckpt, "path", MAX_PATH)
+    path = _text(ckpt, "path", MAX_PATH, "checkpoint.path")
     ckpt_step = _number(ckpt, "step", integer=True)
     if bool(path) != (ckpt_step is not None):
         raise ReportError("checkpoint: give both path and step")
@@ -147,6 +206,17 @@ def parse_time(text: Any) -> datetime | None:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return None
+
+
+MAX_ETA_SECONDS = 100 * 365 * 86400  # an ETA further out is no ETA (and no datetime overflow)
+
+
+def eta(now: datetime, seconds: float) -> str | None:
+    """`now` + `seconds` as status.progress.eta; None when not finite or over a century
+    away (a report's huge total at a tiny rate would overflow the datetime)."""
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_ETA_SECONDS:
+        return None
+    return iso(now + timedelta(seconds=seconds))
 
 
 def summary(step: int, total: int | None) -> str:
@@ -193,10 +263,13 @@ def _rank0(out: dict[str, Any], old: Mapping[str, Any], report: Report, now: dat
     total = out.get("totalSteps")
     if not rate and report.step_seconds:
         rate = 1.0 / report.step_seconds
-    if total and rate and report.step < total:
-        out["eta"] = iso(now + timedelta(seconds=(total - report.step) / rate))
-    else:
+    when = (
+        eta(now, (total - report.step) / rate) if total and rate and report.step < total else None
+    )
+    if when is None:
         out.pop("eta", None)
+    else:
+        out["eta"] = when
     out["phase"] = report.phase
     out["summary"] = summary(report.step, total)
     if report.metrics:  # the trainer's loss & co (the integrations send them)
@@ -325,6 +398,8 @@ class LocationError(ValueError):
 
 class CheckpointRefused(ReportError):
     """A reported checkpoint path outside the job's checkpoint location (403, a Warning Event)."""
+
+    status, reason = 403, "checkpoint_path"
 
 
 def _clean_parts(path: str) -> list[str] | None:
@@ -517,6 +592,43 @@ def _token_volume(audience: str) -> dict[str, Any]:
     return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
+# --- how often a pod may report (issue 35) -----------------------------------------------------
+@dataclass
+class RateLimit:
+    """A token bucket per key (a pod's uid): `rate` requests a second on average, `burst` at
+    once. Pure: the clock is an argument. At most `max_keys` buckets are kept; when full,
+    those refilled to `burst` (idle long enough to be as new) go first, then the oldest."""
+
+    rate: float
+    burst: float
+    max_keys: int = 20_000
+    buckets: dict[str, tuple[float, float]] = field(default_factory=dict)  # key -> (left, at)
+
+    def take(self, key: str, now: float) -> float:
+        """0 when a request of `key` may go now (and count it), else the seconds to wait."""
+        left, at = self.buckets.get(key, (self.burst, now))
+        left = min(self.burst, left + max(0.0, now - at) * self.rate)
+        if left < 1.0:
+            self.buckets[key] = (left, now)
+            return (1.0 - left) / self.rate
+        if key not in self.buckets and len(self.buckets) >= self.max_keys:
+            self._evict(now)
+        self.buckets[key] = (left - 1.0, now)
+        return 0.0
+
+    def _evict(self, now: float) -> None:
+        full = [
+            k
+            for k, (left, at) in self.buckets.items()
+            if left + (now - at) * self.rate >= self.burst
+        ]
+        for k in (
+            full
+            or sorted(self.buckets, key=lambda k: self.buckets[k][1])[: self.max_keys // 10 + 1]
+        ):
+            del self.buckets[k]
+
+
 # --- who is reporting ----------------------------------------------------------------------
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
@@ -537,18 +649,18 @@ def reporter_of(review: Mapping[str, Any], audience: str) -> ReportingPod:
     system:serviceaccount:<namespace>:<name>, and its extra names the pod
     (https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/#bound-service-account-token-volume)."""
     if not review.get("authenticated"):
-        raise ReportError(f"token: not authenticated ({review.get('error') or 'rejected'})")
+        raise TokenRefused(f"token: not authenticated ({review.get('error') or 'rejected'})")
     if audience not in (review.get("audiences") or []):
-        raise ReportError(f"token: its audience must be {audience} (a projected token)")
+        raise TokenRefused(f"token: its audience must be {audience} (a projected token)")
     user = review.get("user") or {}
     parts = str(user.get("username", "")).split(":")
     if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
-        raise ReportError("token: not a ServiceAccount token")
+        raise TokenRefused("token: not a ServiceAccount token")
     extra = user.get("extra") or {}
     pod = (extra.get(POD_NAME_EXTRA) or [""])[0]
     uid = (extra.get(POD_UID_EXTRA) or [""])[0]
     if not pod or not uid:
-        raise ReportError("token: not bound to a pod (use the projected token trainop mounts)")
+        raise TokenRefused("token: not bound to a pod (use the projected token trainop mounts)")
     return ReportingPod(parts[2], pod, uid)
 
 
@@ -559,11 +671,11 @@ def job_of_pod(
     trainop gang pod with that uid, owned by that job."""
     meta = (pod or {}).get("metadata") or {}
     if not pod or meta.get("uid") != who.pod_uid:
-        raise ReportError(f"pod {who.namespace}/{who.pod}: not a pod trainop knows")
+        raise NotAPod(f"pod {who.namespace}/{who.pod}: not a pod trainop knows")
     name = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME, "")
     owners = {o.get("uid") for o in meta.get("ownerReferences") or []}
     if not name or job is None or (job.get("metadata") or {}).get("uid") not in owners:
-        raise ReportError(f"pod {who.namespace}/{who.pod}: not a pod of a TrainingJob")
+        raise NotAPod(f"pod {who.namespace}/{who.pod}: not a pod of a TrainingJob")
     return str(name)
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from trainop import progress
@@ -191,12 +191,15 @@ def fold_trainer_status(
         out.pop("percentage", None)
     else:
         out["percentage"] = status.percentage
+    when = None
     if status.remaining_seconds is not None:
-        out["eta"] = progress.iso(now + timedelta(seconds=status.remaining_seconds))
+        when = progress.eta(now, status.remaining_seconds)
     elif total and rate and step < int(total):
-        out["eta"] = progress.iso(now + timedelta(seconds=(int(total) - step) / rate))
-    else:
+        when = progress.eta(now, (int(total) - step) / rate)
+    if when is None:
         out.pop("eta", None)
+    else:
+        out["eta"] = when
     out["summary"] = _summary(step, int(total) if total else None, out.get("percentage"))
     out["lastReportTime"] = progress.iso(now)
     return out

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -41,7 +42,9 @@ log = logging.getLogger("trainop.progress")
 PATH = PROGRESS_PATH
 REVIEW_TTL = 60.0
 MAX_CACHED = 20_000
-MAX_BODY = 16_384
+MAX_BODY = 16_384  # bytes of a report or trainerStatus body (413 above)
+RATE, BURST = 5.0, 10.0  # requests a second per pod, on average and at once (429 above)
+REVIEW_RATE = 20.0  # TokenReviews of new tokens a second per client address (429 above)
 WARN_EVERY = 60.0  # at most one CheckpointRefused Event per job per minute
 # status.progress keys a report may drop (trainop.progress.fold, trainop.trainerstatus).
 DROPPED = frozenset(
@@ -71,10 +74,13 @@ class ProgressService:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api, self.state, self.interval, self.clock = api, state, interval, clock
-        self.reviews: dict[str, tuple[progress.ReportingPod, float]] = {}
+        # token digest -> (its pod, or why it was refused; until when that holds)
+        self.reviews: dict[str, tuple[progress.ReportingPod | progress.TokenRefused, float]] = {}
         # (job uid, generation) -> where its checkpoints must lie (None: nowhere)
         self.roots: dict[tuple[str, int], str | None] = {}
         self.warned: dict[JobKey, float] = {}  # the last CheckpointRefused Event per job
+        self.limit = progress.RateLimit(RATE, BURST)  # per pod uid
+        self.review_limit = progress.RateLimit(REVIEW_RATE, 2 * REVIEW_RATE)  # per address
 
     def latest(self, key: JobKey) -> dict[str, Any] | None:
         """The job's newest progress report, None before its first (or once it is gone)."""
@@ -91,19 +97,30 @@ class ProgressService:
     async def identify(self, request: web.Request) -> progress.ReportingPod:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
-            raise progress.ReportError("Authorization: send the pod's token as 'Bearer <token>'")
+            raise progress.TokenRefused("Authorization: send the pod's token as 'Bearer <token>'")
         token = header[7:].strip()
         digest = hashlib.sha256(token.encode()).hexdigest()
         cached = self.reviews.get(digest)
         now = self.clock()
         if cached is not None and cached[1] > now:
+            if isinstance(cached[0], progress.TokenRefused):
+                raise cached[0]  # a refused token is refused again without a review
             return cached[0]
+        wait = self.review_limit.take(str(request.remote), now)
+        if wait > 0:  # new tokens from one address: each costs the API server a TokenReview
+            raise progress.RateLimited(
+                f"more than {REVIEW_RATE:g} new tokens a second from {request.remote}", wait
+            )
         api = self.api()
         assert api is not None
         review = await asyncio.to_thread(api.review_token, token, PROGRESS_AUDIENCE)
-        who = progress.reporter_of(review, PROGRESS_AUDIENCE)
         if len(self.reviews) >= MAX_CACHED:
             self.reviews = {k: v for k, v in self.reviews.items() if v[1] > now}
+        try:
+            who = progress.reporter_of(review, PROGRESS_AUDIENCE)
+        except progress.TokenRefused as err:
+            self.reviews[digest] = (err, now + REVIEW_TTL)
+            raise
         self.reviews[digest] = (who, now + REVIEW_TTL)
         return who
 
@@ -168,7 +185,7 @@ class ProgressService:
         """Fold the report in; write status.progress when the throttle allows."""
         mem = self.state().jobs.get(key)
         if mem is None:
-            raise progress.ReportError("the job is gone")
+            raise progress.JobGone("the job is gone")
         job = mem.newest() or {}
         stored = (job.get("status") or {}).get("progress")
         old = mem.progress if mem.progress is not None else stored
@@ -185,7 +202,7 @@ class ProgressService:
         trainop.trainerstatus); the same throttle as trainop's reports."""
         mem = self.state().jobs.get(key)
         if mem is None:
-            raise progress.ReportError("the job is gone")
+            raise progress.JobGone("the job is gone")
         job = mem.newest() or {}
         stored = (job.get("status") or {}).get("progress")
         old = mem.progress if mem.progress is not None else stored
@@ -206,7 +223,7 @@ class ProgressService:
         """Keep `new` as the job's newest progress; write it when the throttle allows."""
         mem = self.state().jobs.get(key)
         if mem is None:
-            raise progress.ReportError("the job is gone")
+            raise progress.JobGone("the job is gone")
         wanted = (job.get("spec") or {}).get("progress") or {}
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
@@ -265,19 +282,39 @@ class ProgressService:
         metrics.forget_job(*split_key(key))
 
 
+async def _admit(service: ProgressService, request: web.Request) -> tuple[JobKey, dict[str, Any]]:
+    """Before the body is read: no larger than MAX_BODY by its Content-Length (413), a
+    pod-bound token (401) of a live gang pod (403), and within the pod's rate (429)."""
+    if (request.content_length or 0) > MAX_BODY:
+        raise progress.TooLarge(f"the body is larger than {MAX_BODY} bytes")
+    who = await service.identify(request)
+    key, pod = service.job_key(who)
+    wait = service.limit.take(who.pod_uid, service.clock())
+    if wait > 0:
+        raise progress.RateLimited(
+            f"more than {RATE:g} reports a second from pod {who.namespace}/{who.pod} (burst "
+            f"{BURST:g}): retry in {wait:.1f} s",
+            wait,
+        )
+    return key, pod
+
+
+async def _body(request: web.Request) -> Any:
+    """The decoded JSON body: at most MAX_BODY bytes (413), JSON (400, nesting too)."""
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise progress.TooLarge(f"the body is larger than {MAX_BODY} bytes")
+    try:
+        return json.loads(raw or b"null")
+    except (ValueError, RecursionError) as err:
+        raise progress.NotJson(f"the body is not JSON: {str(err)[:200]}") from None
+
+
 async def _handle(service: ProgressService, request: web.Request) -> web.Response:
     try:
-        who = await service.identify(request)
-        key, pod = service.job_key(who)
+        key, pod = await _admit(service, request)
         if request.method == "POST":
-            raw = await request.content.read(MAX_BODY + 1)
-            if len(raw) > MAX_BODY:
-                raise progress.ReportError(f"the report is larger than {MAX_BODY} bytes")
-            try:
-                data = json.loads(raw or b"null")
-            except ValueError as err:
-                raise progress.ReportError(f"the report is not JSON: {err}") from None
-            report = progress.parse_report(data)
+            report = progress.parse_report(await _body(request))
             try:
                 service.check_checkpoint(key, report)
             except progress.CheckpointRefused as err:
@@ -298,16 +335,8 @@ async def _handle_trainer_status(service: ProgressService, request: web.Request)
     trainop's reports. transformers' KubeflowCallback takes any answer but 200 as a failure
     (and says nothing), so a refusal's 4xx message is for curl and the operator's metrics."""
     try:
-        who = await service.identify(request)
-        key, _pod = service.job_key(who)
-        raw = await request.content.read(MAX_BODY + 1)
-        if len(raw) > MAX_BODY:
-            raise progress.ReportError(f"the body is larger than {MAX_BODY} bytes")
-        try:
-            data = json.loads(raw or b"null")
-        except ValueError as err:
-            raise progress.ReportError(f"the body is not JSON: {err}") from None
-        status = trainerstatus.parse_trainer_status(data)
+        key, _pod = await _admit(service, request)
+        status = trainerstatus.parse_trainer_status(await _body(request))
         outcome = await service.accept_trainer_status(key, status)
         metrics.PROGRESS_REPORTS.labels(outcome).inc()
         return web.json_response(service.answer(key))
@@ -319,11 +348,14 @@ async def _handle_trainer_status(service: ProgressService, request: web.Request)
 
 
 def _refused(err: progress.ReportError) -> web.Response:
+    """The refusal's answer: its status, its words; counted by reason. Nothing of a refused
+    report is kept (no memory, no status write)."""
     metrics.PROGRESS_REPORTS.labels("refused").inc()
-    status = 401 if str(err).startswith(("token", "Authorization")) else 400
-    if "not a pod" in str(err) or isinstance(err, progress.CheckpointRefused):
-        status = 403
-    return web.json_response({"error": str(err)}, status=status)
+    metrics.PROGRESS_REFUSALS.labels(err.reason).inc()
+    headers = {}
+    if isinstance(err, progress.RateLimited):
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after)))
+    return web.json_response({"error": str(err)}, status=err.status, headers=headers)
 
 
 async def serve(service: ProgressService, port: int) -> web.AppRunner:
