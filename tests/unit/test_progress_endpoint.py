@@ -11,10 +11,9 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-
-import pytest
 
 from tests.builders import job
 from trainop import metrics, progress
