@@ -133,7 +133,7 @@ class Bench:
                 continue
             job = mem.body
             assert job is not None
-            mem.verdict = None
+            mem.undecided()
             self.state.load(
                 "pods",
                 [pod_body(job, p, n, g) for p, (n, g) in plan.pinned().items()],

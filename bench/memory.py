@@ -293,7 +293,7 @@ def _carry_out(
         created = [o for o in acts.create if o["kind"] == "Pod"]
         for pod in created:
             state.created(pod)
-        mem.verdict = None
+        mem.undecided()
         state.upsert_job(written)
         kopf_memory.saw(written)
         for pod in created:
