@@ -328,6 +328,40 @@ def build_service(job: JobRef, ports: Sequence[int]) -> dict[str, Any]:
     }
 
 
+def disruption_budget_name(job: str) -> str:
+    return f"{job}-checkpoint"
+
+
+def build_disruption_budget(job: JobRef, pods: int) -> dict[str, Any]:
+    """The PodDisruptionBudget (policy/v1) that holds a checkpointing job's gang of `pods`
+    pods against voluntary eviction (kubectl drain, cluster-autoscaler, Karpenter) until its
+    checkpoint is in (trainop.reconcile decides when it stands; docs/progress.md).
+    minAvailable = the whole gang, an integer: the only form the disruption controller
+    takes for pods whose controller (a TrainingJob) has no scale subresource
+    (https://kubernetes.io/docs/tasks/run-application/configure-pdb/#arbitrary-controllers-and-selectors);
+    with it the Eviction API refuses every eviction of a Ready gang pod with 429
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/). An unready pod
+    (a hung or crashed trainer, which writes no checkpoint) may still go
+    (unhealthyPodEvictionPolicy AlwaysAllow,
+    https://kubernetes.io/docs/tasks/run-application/configure-pdb/#unhealthy-pod-eviction-policy).
+    Owned by the job, so it goes with it."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": disruption_budget_name(job.name),
+            "namespace": job.namespace,
+            "labels": job_labels(job.name),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "minAvailable": pods,
+            "selector": {"matchLabels": job_labels(job.name)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def build_config_map(job: JobRef, name: str, files: Mapping[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

@@ -513,6 +513,26 @@ def check_checkpoint(report: Report, root: str | None) -> None:
         raise CheckpointRefused(f"checkpoint.path {report.checkpoint_path[:200]!r}: {why}")
 
 
+# --- drains that wait for the checkpoint (issue 35) ---------------------------------------------
+def budget_stands(
+    phase: str | None,
+    gang_running: bool,
+    request: Mapping[str, Any] | None,
+    progress: Mapping[str, Any] | None,
+    now: datetime,
+) -> bool:
+    """Whether a job with spec.checkpoint keeps its PodDisruptionBudget now: while its gang
+    runs (phase Running, pods not being deleted), and, once a checkpoint was asked for
+    (status.checkpointRequest: a drain, a preemption), until that checkpoint is reported or
+    its deadline passes; then the drain's evictions go through."""
+    if phase != "Running" or not gang_running:
+        return False
+    if not request:
+        return True
+    done, _note = eviction_note(progress, request, now)
+    return not done
+
+
 # --- pod wiring ----------------------------------------------------------------------------
 def resume_env(status: Mapping[str, Any], root: str | None) -> dict[str, str]:
     """TRAINOP_RESUME_FROM (and its step) from the last reported checkpoint, only when it

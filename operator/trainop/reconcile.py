@@ -40,13 +40,14 @@ from trainop.failures import (
 )
 from trainop.inventory import Snapshot, pod_request
 from trainop.inventory.pods import is_gated
-from trainop.manifests import pod_name
+from trainop.manifests import build_disruption_budget, disruption_budget_name, pod_name
 from trainop.planner import (
     InvalidJob,
     OperatorConfig,
     Plan,
     Wait,
     checkpoint_location,
+    job_ref,
     plan_job,
     size_estimates,
     success_roles,
@@ -93,6 +94,11 @@ class Actions:
     # Pods ending on a node that was deleted: no kubelet will confirm their end, so they are
     # deleted with no grace (pod name -> node; the shell checks the node is gone first).
     force_delete: dict[str, str] = field(default_factory=dict)
+    # Jobs with spec.checkpoint: the PodDisruptionBudget their running gang should have now
+    # (`budget`), or the name of the one to delete (`drop_budget`); jobs without get neither
+    # (progress.budget_stands decides; docs/progress.md).
+    budget: dict[str, Any] | None = None
+    drop_budget: str | None = None
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -286,6 +292,7 @@ class _Ctx:
         acts.delete_pods = list(dict.fromkeys(acts.delete_pods))
         acts.ungate = [n for n in acts.ungate if n not in acts.delete_pods]
         acts.force_delete = _stranded(self, acts.delete_pods)
+        _budget(self)
         return acts
 
     def delete_all(self) -> None:
@@ -294,6 +301,29 @@ class _Ctx:
     def invalid(self, exc: InvalidJob) -> Actions:
         self.st.enter("Invalid", exc.reason, f"{exc.field}: {exc.detail}", warning=True)
         return self.finish()
+
+
+def _budget(ctx: _Ctx) -> None:
+    """A job with spec.checkpoint (as written: an invalid or finished one too) keeps a
+    PodDisruptionBudget while progress.budget_stands, and loses it otherwise. Only where
+    pods are wired to report (config.progress_url): without the channel no checkpoint can
+    answer a drain, and the budget would hold the drain until someone deleted it."""
+    if not isinstance((ctx.body.get("spec") or {}).get("checkpoint"), Mapping):
+        return
+    going = set(ctx.acts.delete_pods)
+    gang = sum(1 for p in ctx.live if p["metadata"]["name"] not in going)
+    st = ctx.st
+    stands = (
+        ctx.spec is not None
+        and bool(ctx.config.progress_url)
+        and progress.budget_stands(
+            st.phase, gang > 0, st.new.get("checkpointRequest"), st.new.get("progress"), ctx.now
+        )
+    )
+    if stands:
+        ctx.acts.budget = build_disruption_budget(job_ref(ctx.body), gang)
+    else:
+        ctx.acts.drop_budget = disruption_budget_name(ctx.name)
 
 
 Step = Callable[[_Ctx], "Actions | None"]  # None: go on to the next step

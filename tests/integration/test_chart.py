@@ -106,6 +106,9 @@ OPERATOR_NEEDS = [
     ("list", "priorityclasses.scheduling.k8s.io"),
     ("watch", "priorityclasses.scheduling.k8s.io"),
     ("create", "tokenreviews.authentication.k8s.io"),  # progress reports (docs/progress.md)
+    # drains that wait for the checkpoint (docs/progress.md)
+    ("create", "poddisruptionbudgets.policy", "-n", "any-team"),
+    ("delete", "poddisruptionbudgets.policy", "-n", "any-team"),
 ]
 
 # ... and what it must not be able to do.
@@ -124,6 +127,8 @@ OPERATOR_MUST_NOT = [
     ("delete", "customresourcedefinitions.apiextensions.k8s.io"),
     ("create", "serviceaccounts", "--subresource=token", "-n", "kube-system"),
     ("create", "deployments.apps", "-n", "any-team"),
+    ("patch", "poddisruptionbudgets.policy", "-n", "any-team"),  # make or delete, never edit
+    ("create", "pods", "--subresource=eviction", "-n", "any-team"),
     ("patch", "clustertrainingruntimes.trainop.dev"),  # the platform team's, read only
     ("delete", "trainingruntimes.trainop.dev", "-n", "any-team"),
     ("impersonate", "users"),

@@ -249,3 +249,19 @@ def test_the_rate_limit_keeps_a_bounded_number_of_pods() -> None:
     for i in range(100):
         assert bucket.take(f"pod-{i}", float(i)) == 0.0
     assert len(bucket.buckets) <= 10
+
+
+def test_a_checkpoint_answering_a_request_wakes_the_reconcile() -> None:
+    """A drain waits on the reconcile, and the echo of our own status write reconciles
+    nothing: a new checkpoint of a job with an open request calls on_checkpoint."""
+    service, _api = _service()
+    woken: list[str] = []
+    service.on_checkpoint = woken.append
+    mem = service.state().jobs["ns/a"]
+    body = mem.newest() or {}
+    body["status"] = {"checkpointRequest": {"requestedAt": "2026-11-27T03:00:00Z"}}
+    _post(service, [{"step": 9, "checkpoint": {"path": "/ckpt/9.pt", "step": 9}}])
+    assert woken == ["ns/a"]
+    body["status"] = {}
+    _post(service, [{"step": 10, "checkpoint": {"path": "/ckpt/10.pt", "step": 10}}])
+    assert woken == ["ns/a"]  # no open request: nothing to wake

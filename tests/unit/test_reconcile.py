@@ -1891,3 +1891,38 @@ def test_without_spec_checkpoint_a_cordon_changes_nothing() -> None:
     acts = _drain(running(job()), _cordoned)
     assert acts.status["phase"] == "Running" and not acts.delete_pods
     assert "checkpointRequest" not in acts.status
+
+
+# --- drains that wait: the gang's PodDisruptionBudget (issue 35) -------------------------------
+@pytest.mark.parametrize("change", [_cordoned, _scaled_down], ids=["cordoned", "autoscaler-taint"])
+def test_the_budget_stands_until_the_checkpoint_is_in(change: Any) -> None:
+    calm = _drain(_checkpointing(), lambda n: None)
+    assert calm.budget is not None and calm.drop_budget is None
+    assert calm.budget["metadata"]["name"] == "bert-checkpoint"
+    assert calm.budget["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob"
+    assert calm.budget["spec"]["minAvailable"] == 2  # the gang's pods
+    asked = _drain(_checkpointing(), change)
+    assert asked.budget is not None  # the drain's evictions are refused while it waits
+    request = asked.status["checkpointRequest"]
+    ckpt = {"path": "/c/505.pt", "step": 505, "time": iso(NOW + timedelta(seconds=5))}
+    saved = _checkpointing(
+        checkpointRequest=request, progress={"step": 505, "lastCheckpoint": ckpt}
+    )
+    done = _drain(saved, change, offset=5)
+    assert done.budget is None and done.drop_budget == "bert-checkpoint"
+    late = _drain(_checkpointing(checkpointRequest=request), change, offset=60)
+    assert late.budget is None and late.drop_budget == "bert-checkpoint"
+
+
+def test_jobs_without_spec_checkpoint_get_no_budget() -> None:
+    for acts in (_drain(running(job()), lambda n: None), _drain(running(job()), _cordoned)):
+        assert acts.budget is None and acts.drop_budget is None
+
+
+def test_without_the_report_channel_no_budget_holds_a_drain() -> None:
+    gang, snapshot = _fleet(lambda n: None, None)
+    acts = reconcile(
+        as_body(_checkpointing()), as_pods(gang), snapshot, CONFIG, NOW, fleet=snapshot
+    )
+    assert not CONFIG.progress_url and acts.budget is None
+    assert acts.drop_budget == "bert-checkpoint"

@@ -173,7 +173,10 @@ async def configure(shell: Shell, settings: kopf.OperatorSettings) -> None:
     shell.spawn(_resync_forever(shell))
     if shell.progress_port:
         shell.progress = ProgressService(
-            lambda: shell.api, lambda: shell.state, shell.config.progress_interval
+            lambda: shell.api,
+            lambda: shell.state,
+            shell.config.progress_interval,
+            on_checkpoint=lambda key: shell.spawn(reconcile_job(shell, key)),
         )
         shell.spawn(serve(shell.progress, shell.progress_port))
     versions = await _list_everything(shell, shell.namespaces)  # before kopf starts its watches
@@ -641,10 +644,44 @@ async def _apply(shell: Shell, ns: str, name: str, body: dict[str, Any], acts: A
     state.released.update({(ns, p): time.monotonic() for p in release})
     if not admitted_first:
         await _write_status(shell, ns, name, body, acts.status)
+    await _budget(shell, ns, name, acts)
     for etype, reason, message in acts.events:
         await _event(shell, body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _budget(shell: Shell, ns: str, name: str, acts: Actions) -> None:
+    """Make or delete the job's PodDisruptionBudget as the reconcile decided, only when it
+    differs from what this process last did (after a restart: once, 409/404 tolerated); a
+    gang of another size (elastic) gets a new one."""
+    api, mem = shell.api, shell.state.jobs.get(job_key(ns, name))
+    assert api is not None
+    if mem is None:
+        return
+    try:
+        if acts.budget is not None:
+            size = int(acts.budget["spec"]["minAvailable"])
+            if mem.budget != size:
+                if mem.budget != 0:  # one of another size, or not known: made anew
+                    await asyncio.to_thread(
+                        api.delete_disruption_budget, ns, acts.budget["metadata"]["name"]
+                    )
+                await asyncio.to_thread(api.create, acts.budget)
+                mem.budget_now(size)
+        elif acts.drop_budget is not None and mem.budget != 0:
+            await asyncio.to_thread(api.delete_disruption_budget, ns, acts.drop_budget)
+            mem.budget_now(0)
+    except Exception as exc:  # not the job's failure: tried again at its next reconcile
+        log.warning(
+            "PodDisruptionBudget of %s/%s not %s (%s): a drain %s; the chart's ClusterRole "
+            "grants poddisruptionbudgets create and delete",
+            ns,
+            name,
+            "made" if acts.budget is not None else "deleted",
+            exc,
+            "will not wait for its checkpoint" if acts.budget is not None else "stays blocked",
+        )
 
 
 async def _force_delete(shell: Shell, ns: str, stranded: Mapping[str, str]) -> set[str]:

@@ -72,8 +72,12 @@ class ProgressService:
         state: Callable[[], ShellState],
         interval: float,
         clock: Callable[[], float] = time.monotonic,
+        on_checkpoint: Callable[[JobKey], None] | None = None,
     ) -> None:
         self.api, self.state, self.interval, self.clock = api, state, interval, clock
+        # Called when a job with an open checkpoint request reports a newer checkpoint: the
+        # echo of our own status write reconciles nothing, and a drain waits on the reconcile.
+        self.on_checkpoint = on_checkpoint
         # token digest -> (its pod, or why it was refused; until when that holds)
         self.reviews: dict[str, tuple[progress.ReportingPod | progress.TokenRefused, float]] = {}
         # (job uid, generation) -> where its checkpoints must lie (None: nowhere)
@@ -255,6 +259,11 @@ class ProgressService:
             self.state().record_written(key, written)
         if (stored or {}).get("lastCheckpoint") != new.get("lastCheckpoint"):
             self.checkpointed(key).set()
+            job = self.state().job(key) or {}
+            if self.on_checkpoint is not None and (job.get("status") or {}).get(
+                "checkpointRequest"
+            ):
+                self.on_checkpoint(key)
 
     async def _trailing(self, key: JobKey, clock: float) -> None:
         """Write a throttled job's newest progress once its interval is over (so the last

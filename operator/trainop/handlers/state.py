@@ -135,8 +135,17 @@ class JobMemory:
     trailing: asyncio.Future[None] | None = None
     # handlers.kueue's (externalQueue: kueue): the job's Workload as the watch shows it.
     workload: dict[str, Any] | None = None
+    # handlers.operator's: the job's PodDisruptionBudget as trainop last made it (its
+    # minAvailable, the gang's size) or deleted it (0); None: not known since this process
+    # started (issue 35).
+    budget: int | None = None
 
     # --- transitions: other modules change a record only through these ------------------
+    def budget_now(self, size: int) -> None:
+        """The job's PodDisruptionBudget was just made for a gang of `size` pods, or
+        deleted (0)."""
+        self.budget = size
+
     def job_lock(self) -> asyncio.Lock:
         """The lock its reconcile and its evictions hold, made on first use."""
         if self.lock is None:

@@ -143,6 +143,7 @@ class KubeApi:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.authn = client.AuthenticationV1Api(api)
+        self.policy = client.PolicyV1Api(api)
         self.faults = FaultInjector(os.environ.get("TRAINOP_FAULTS"))
 
     def create(self, obj: Mapping[str, Any]) -> bool | None:
@@ -173,6 +174,7 @@ class KubeApi:
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
             "Secret": self.core.create_namespaced_secret,
+            "PodDisruptionBudget": self.policy.create_namespaced_pod_disruption_budget,
         }[kind]
         try:
             _discard(
@@ -202,6 +204,20 @@ class KubeApi:
             _discard(
                 self.core.delete_namespaced_pod(
                     name, namespace, grace_period_seconds=grace, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def delete_disruption_budget(self, namespace: str, name: str) -> None:
+        """Delete a job's PodDisruptionBudget; one already gone is fine."""
+        metrics.API_WRITES.labels("delete", "PodDisruptionBudget").inc()
+        self.faults.maybe_fail()
+        try:
+            _discard(
+                self.policy.delete_namespaced_pod_disruption_budget(
+                    name, namespace, _preload_content=False
                 )
             )
         except ApiException as exc:
