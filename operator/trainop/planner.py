@@ -105,6 +105,9 @@ class OperatorConfig:
     # "" wires no report channel. Reports go out at most every progress_interval seconds.
     progress_url: str = ""
     progress_interval: float = 10.0
+    # The progress endpoint's CA bundle (PEM; handlers.tls keeps it current): pods get it
+    # beside their token and verify the server with it. "": a plain-HTTP endpoint.
+    progress_ca: str = ""
     # Pods wired for progress also get KUBEFLOW_TRAINER_SERVER_URL and _TOKEN, so
     # transformers' KubeflowCallback reports to trainop (trainop.trainerstatus); config key
     # kubeflowTrainerStatus (false: not wired).

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from trainop.api import constants as c
 from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH, TRAINER_STATUS_PATH
 from trainop.launcher.progress import (
+    CA_FILE_ENV,
     INTERVAL_ENV,
     PROGRESS_URL_ENV,
     RANK_ENV,
@@ -33,6 +34,8 @@ from trainop.launcher.progress import (
 )
 
 TOKEN_DIR = "/var/run/secrets/trainop.dev/progress"
+CA_FILE = "ca.crt"  # the endpoint's CA bundle, beside the token (issue 35)
+CA_ANNOTATION = "trainop.dev/progress-ca"
 TOKEN_VOLUME = "trainop-progress-token"
 TOKEN_SECONDS = 3600  # the kubelet refreshes it at 80% of its life
 MAX_RANKS_KEPT = 4  # status.progress.ranks: the slowest few, so the status stays small
@@ -552,11 +555,15 @@ def trainer_status_url(url: str) -> str:
     return urlunsplit(parts._replace(path=prefix.rstrip("/") + TRAINER_STATUS_PATH))
 
 
-def kubeflow_env(url: str) -> dict[str, str]:
+def kubeflow_env(url: str, ca: str = "") -> dict[str, str]:
     """KUBEFLOW_TRAINER_SERVER_URL and _TOKEN for a pod that reports to `url`: the
-    trainerStatus path and the same projected token file. No _CA_CERT: the endpoint speaks
-    plain HTTP, and transformers then uses no CA (docs/progress.md)."""
-    return {KUBEFLOW_URL_ENV: trainer_status_url(url), KUBEFLOW_TOKEN_ENV: f"{TOKEN_DIR}/token"}
+    trainerStatus path and the same projected token file; with the endpoint's CA bundle
+    (`ca`), _CA_CERT names its file beside the token (transformers then verifies the server
+    with it). Without one the endpoint speaks plain HTTP, and transformers uses no CA."""
+    env = {KUBEFLOW_URL_ENV: trainer_status_url(url), KUBEFLOW_TOKEN_ENV: f"{TOKEN_DIR}/token"}
+    if ca:
+        env[KUBEFLOW_CA_ENV] = f"{TOKEN_DIR}/{CA_FILE}"
+    return env
 
 
 def wire_pod(
@@ -566,6 +573,7 @@ def wire_pod(
     extra_env: Mapping[str, str],
     interval: float,
     kubeflow: bool = False,
+    ca: str = "",
 ) -> dict[str, Any]:
     """A copy of `pod` whose containers report to `url` with an audience-bound projected
     ServiceAccount token, and carry `extra_env` (TRAINOP_RESUME_FROM). With `kubeflow`, each
@@ -575,6 +583,11 @@ def wire_pod(
     spec = dict(out["spec"])
     out["spec"] = spec
     env: dict[str, str] = dict(extra_env)
+    if url and ca:  # the CA bundle travels as an annotation the projected volume makes a file
+        meta = dict(out.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), CA_ANNOTATION: ca}
+        out["metadata"] = meta
+        env[CA_FILE_ENV] = f"{TOKEN_DIR}/{CA_FILE}"
     if url:
         env |= {PROGRESS_URL_ENV: url, TOKEN_FILE_ENV: f"{TOKEN_DIR}/token"}
         env[INTERVAL_ENV] = str(interval)
@@ -584,10 +597,11 @@ def wire_pod(
         if spec_checkpoint:
             env[SIGNAL_ENV] = str(spec_checkpoint.get("signal", "SIGUSR1"))
             env[SIGNAL_RANKS_ENV] = str(spec_checkpoint.get("ranks", "RankZero"))
-        spec["volumes"] = [*(spec.get("volumes") or []), _token_volume(PROGRESS_AUDIENCE)]
+        volume = _token_volume(PROGRESS_AUDIENCE, bool(ca))
+        spec["volumes"] = [*(spec.get("volumes") or []), volume]
     if not env:
         return out
-    kf_env = kubeflow_env(url) if url and kubeflow else {}
+    kf_env = kubeflow_env(url, ca) if url and kubeflow else {}
     containers = []
     for container in spec.get("containers") or []:
         ctr = dict(container)
@@ -606,10 +620,17 @@ def wire_pod(
     return out
 
 
-def _token_volume(audience: str) -> dict[str, Any]:
-    # https://kubernetes.io/docs/concepts/storage/projected-volumes/#serviceaccounttoken
+def _token_volume(audience: str, ca: bool = False) -> dict[str, Any]:
+    """The token, and with `ca` the endpoint's CA bundle from the pod's own annotation, in
+    one projected volume
+    (https://kubernetes.io/docs/concepts/storage/projected-volumes/#serviceaccounttoken,
+    #downwardapi): nothing per namespace to create or keep up to date, no RBAC."""
     token = {"audience": audience, "expirationSeconds": TOKEN_SECONDS, "path": "token"}
-    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
+    sources: list[dict[str, Any]] = [{"serviceAccountToken": token}]
+    if ca:
+        field = {"fieldPath": f"metadata.annotations['{CA_ANNOTATION}']"}
+        sources.append({"downwardAPI": {"items": [{"path": CA_FILE, "fieldRef": field}]}})
+    return {"name": TOKEN_VOLUME, "projected": {"sources": sources}}
 
 
 # --- how often a pod may report (issue 35) -----------------------------------------------------

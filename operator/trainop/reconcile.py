@@ -1064,6 +1064,7 @@ def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
         resume,
         ctx.config.progress_interval,
         kubeflow=ctx.config.kubeflow_trainer_status,
+        ca=ctx.config.progress_ca,
     )
 
 

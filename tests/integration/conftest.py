@@ -140,6 +140,9 @@ class OperatorProcess:
                 str(self.health_port),
                 "--progress-port",
                 str(self.progress_port),
+                # Plain HTTP unless a test asks for TLS (extra flags come last and win):
+                # tests/integration/test_progress_tls.py runs the endpoint over TLS.
+                "--progress-tls=off",
                 *self.extra,
             ],
             env=env,

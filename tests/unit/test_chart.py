@@ -626,3 +626,68 @@ def test_chart_ships_runtimes(helm: str, sets: list[str], want: list[str]) -> No
 
 def test_chart_refuses_an_unknown_runtime_name(helm: str) -> None:
     assert "only" in _render_error(helm, "runtimes.only={caffe}")
+
+
+# --- the progress endpoint's TLS (issue 35) ---------------------------------------------------
+def _args(docs: list[dict[str, Any]]) -> list[str]:
+    deploy = _one(docs, "Deployment")
+    return list(deploy["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def _tls_role(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-tls")]
+    return roles[0] if roles else None
+
+
+# name, --set, --progress-tls, URL scheme, the Role's verbs on the Secret, a Certificate
+TLS_MODES = [
+    ("managed-by-default", (), "managed", "https", {"get", "update", "create"}, False),
+    (
+        "cert-manager",
+        ("operator.progress.tls.mode=certManager", "operator.progress.tls.issuerRef.name=ca"),
+        "secret",
+        "https",
+        {"get"},
+        True,
+    ),
+    ("off", ("operator.progress.tls.mode=off",), "off", "http", set(), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "sets", "flag", "scheme", "verbs", "certificate"),
+    TLS_MODES,
+    ids=[m[0] for m in TLS_MODES],
+)
+def test_the_progress_endpoint_is_tls_unless_turned_off(
+    helm: str,
+    name: str,
+    sets: tuple[str, ...],
+    flag: str,
+    scheme: str,
+    verbs: set[str],
+    certificate: bool,
+) -> None:
+    docs = _render(helm, *sets)
+    args = _args(docs)
+    assert f"--progress-tls={flag}" in args
+    url = next(a for a in args if a.startswith("--progress-url="))
+    assert url.startswith(f"--progress-url={scheme}://trainop-progress.trainop-system.svc:")
+    assert "--progress-tls-secret=trainop-progress-tls" in args
+    role = _tls_role(docs)
+    granted = {v for rule in (role or {}).get("rules", []) for v in rule["verbs"]}
+    assert granted == verbs
+    for rule in (role or {}).get("rules", []):
+        if set(rule["verbs"]) & {"get", "update"}:
+            assert rule["resourceNames"] == ["trainop-progress-tls"]  # that Secret only
+    certs = [d for d in docs if d["kind"] == "Certificate"]
+    assert bool(certs) == certificate
+    if certs:
+        assert certs[0]["spec"]["secretName"] == "trainop-progress-tls"
+        assert certs[0]["spec"]["issuerRef"]["name"] == "ca"
+
+
+def test_cert_manager_needs_an_issuer(helm: str) -> None:
+    assert "issuerRef.name is required" in _render_error(
+        helm, "operator.progress.tls.mode=certManager"
+    )

@@ -150,3 +150,7 @@ renew deadline > 1.2 retry periods.
 {{- fail (printf "operator.leaderElection.leaseDurationSeconds (%v) must be greater than renewDeadlineSeconds + 2 x retryPeriodSeconds (%v): a leader that cannot renew must stop acting before its Lease can be taken over" $le.leaseDurationSeconds (addf $deadline (mulf 2 $retry))) }}
 {{- end }}
 {{- end }}
+
+{{- define "trainop.progressTLSSecret" -}}
+{{- .Values.operator.progress.tls.secretName | default (printf "%s-progress-tls" (include "trainop.fullname" .)) }}
+{{- end }}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -124,6 +124,28 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seconds between a pod's reports, and between two status.progress writes of a job.",
 )
+@click.option(
+    "--progress-tls",
+    type=click.Choice(["managed", "secret", "off"]),
+    default="managed",
+    show_default=True,
+    help="TLS of the progress endpoint: managed (a CA and certificate trainop keeps in "
+    "--progress-tls-secret, renewed before expiry), secret (serve that Secret's tls.crt/tls.key, "
+    "e.g. cert-manager's; never written), off (plain HTTP, with a warning). docs/progress.md.",
+)
+@click.option(
+    "--progress-tls-secret",
+    default="trainop-progress-tls",
+    show_default=True,
+    help="The Secret (in --lease-namespace, the operator's own) holding the endpoint's TLS.",
+)
+@click.option(
+    "--progress-tls-name",
+    "progress_tls_names",
+    multiple=True,
+    help="More DNS names or IPs the managed certificate is valid for (repeated); the "
+    "--progress-url host always is.",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 def run(
     kubeconfig: str | None,
@@ -144,6 +166,9 @@ def run(
     progress_port: int,
     progress_url: str,
     progress_interval: float,
+    progress_tls: str,
+    progress_tls_secret: str,
+    progress_tls_names: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the operator against the cluster in KUBECONFIG (or in-cluster)."""
@@ -178,6 +203,9 @@ def run(
         namespaces=list(namespaces),
         progress_port=progress_port,
     )
+    shell.tls = _tls(
+        progress_tls, lease_namespace, progress_tls_secret, progress_url, progress_tls_names
+    )
     if leader_elect:
         shell.elector = _elector(
             lease_name,
@@ -202,6 +230,26 @@ def run(
             registry=registry,
         )
     )
+
+
+def _tls(mode: str, namespace: str, secret: str, url: str, names: tuple[str, ...]) -> Any:
+    """The endpoint's TlsKeeper (handlers.tls), None for --progress-tls off; a URL whose
+    scheme disagrees with the mode is refused, naming both flags."""
+    from urllib.parse import urlsplit
+
+    from trainop.handlers.tls import TlsKeeper
+
+    scheme = urlsplit(url).scheme
+    if url and (scheme == "https") != (mode != "off"):
+        raise click.BadParameter(
+            f"--progress-url is {scheme}:// but --progress-tls is {mode}: use https:// with "
+            "managed or secret, http:// only with off",
+            param_hint="'--progress-url' / '--progress-tls'",
+        )
+    if mode == "off":
+        return None
+    host = urlsplit(url).hostname or ""
+    return TlsKeeper(mode, namespace, secret, [n for n in (host, *names) if n] or ["localhost"])
 
 
 def _check_lease_timing(duration: int, renew_deadline: float, retry_period: float) -> None:

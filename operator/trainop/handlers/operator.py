@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
@@ -178,7 +180,8 @@ async def configure(shell: Shell, settings: kopf.OperatorSettings) -> None:
             shell.config.progress_interval,
             on_checkpoint=lambda key: shell.spawn(reconcile_job(shell, key)),
         )
-        shell.spawn(serve(shell.progress, shell.progress_port))
+        context = await _progress_tls(shell)
+        shell.spawn(serve(shell.progress, shell.progress_port, context))
     versions = await _list_everything(shell, shell.namespaces)  # before kopf starts its watches
     if shell.podfeed is not None:
         shell.podfeed.close()  # an earlier start's (tests start the handlers again)
@@ -649,6 +652,27 @@ async def _apply(shell: Shell, ns: str, name: str, body: dict[str, Any], acts: A
         await _event(shell, body, etype, reason, message)
     if acts.delete_job:
         await asyncio.to_thread(api.delete_job, ns, name)
+
+
+async def _progress_tls(shell: Shell) -> ssl.SSLContext | None:
+    """The endpoint's TLS context (handlers.tls), its CA bundle in the config pods are wired
+    from, and the keeper that renews both; None, with a warning, for plain HTTP."""
+    keeper, api = shell.tls, shell.api
+    assert api is not None
+    if keeper is None:
+        log.warning(
+            "progress reports travel as plain HTTP (--progress-tls off): a token or a report "
+            "can be read and replayed by anyone who sees pod traffic (docs/progress.md)"
+        )
+        return None
+    bundle = await asyncio.to_thread(keeper.ensure, api)
+
+    def publish_ca(new: Any) -> None:
+        shell.config = dataclasses.replace(shell.config, progress_ca=new.ca_bundle())
+
+    publish_ca(bundle)
+    shell.spawn(keeper.keep(api, publish_ca))
+    return keeper.context
 
 
 async def _budget(shell: Shell, ns: str, name: str, acts: Actions) -> None:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -367,8 +368,11 @@ def _refused(err: progress.ReportError) -> web.Response:
     return web.json_response({"error": str(err)}, status=err.status, headers=headers)
 
 
-async def serve(service: ProgressService, port: int) -> web.AppRunner:
-    """Start the endpoint on `port` (all interfaces); the caller keeps the runner."""
+async def serve(
+    service: ProgressService, port: int, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
+    """Start the endpoint on `port` (all interfaces), over TLS with `ssl_context` (which
+    handlers.tls reloads in place on a rotation); the caller keeps the runner."""
     app = web.Application(client_max_size=MAX_BODY)
 
     async def handle(request: web.Request) -> web.Response:
@@ -382,6 +386,7 @@ async def serve(service: ProgressService, port: int) -> web.AppRunner:
     app.router.add_route("POST", TRAINER_STATUS_PATH, handle_trainer_status)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()
-    log.info("progress reports accepted on :%d%s", port, PATH)
+    await web.TCPSite(runner, "0.0.0.0", port, ssl_context=ssl_context).start()
+    scheme = "https" if ssl_context is not None else "http (plain: --progress-tls off)"
+    log.info("progress reports accepted on :%d%s over %s", port, PATH, scheme)
     return runner

@@ -26,6 +26,7 @@ from trainop.handlers.podfeed import PodFeed
 from trainop.handlers.progress import ProgressService
 from trainop.handlers.scheduler import AdmissionLoop
 from trainop.handlers.state import ShellState
+from trainop.handlers.tls import TlsKeeper
 from trainop.kube.client import KubeApi
 from trainop.kube.lease import Elector
 from trainop.planner import OperatorConfig
@@ -41,6 +42,7 @@ class Shell:
     renew_seconds: float = 2.0
     resync_seconds: float = 60.0
     progress_port: int = 0  # the report endpoint's port (`--progress-port`; 0: off)
+    tls: TlsKeeper | None = None  # its certificate (`--progress-tls`; None: plain HTTP)
     state: ShellState = field(default_factory=ShellState)
     api: KubeApi | None = None  # made at start-up (kopf has logged in by then)
     loop: AdmissionLoop | None = None

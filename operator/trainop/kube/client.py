@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -209,6 +210,41 @@ class KubeApi:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+    def read_secret(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        """A Secret's data, decoded, and its resourceVersion; None when there is none (the
+        progress endpoint's TLS bundle, kube.certs; the chart's Role allows it in the
+        release namespace only)."""
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+        meta = secret.metadata
+        return data, str((meta.resource_version if meta is not None else "") or "")
+
+    def write_secret(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> None:
+        """Create the Secret (resource_version None) or replace the one at that version: a
+        409 (another replica wrote it first) is raised, and the caller reads it again."""
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY},
+        }
+        if resource_version is not None:
+            meta["resourceVersion"] = resource_version
+        body: Any = {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque"}
+        body["stringData"] = dict(data)
+        verb = "create" if resource_version is None else "update"
+        metrics.API_WRITES.labels(verb, "Secret").inc()
+        if resource_version is None:
+            self.core.create_namespaced_secret(namespace, body)
+        else:
+            self.core.replace_namespaced_secret(name, namespace, body)
 
     def delete_disruption_budget(self, namespace: str, name: str) -> None:
         """Delete a job's PodDisruptionBudget; one already gone is fine."""

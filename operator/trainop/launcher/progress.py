@@ -11,7 +11,8 @@
 
 The operator wires the pod (trainop.progress.wire_pod): TRAINOP_PROGRESS_URL, the file of a
 projected ServiceAccount token whose audience is trainop's (TRAINOP_PROGRESS_TOKEN_FILE),
-TRAINOP_PROGRESS_INTERVAL and TRAINOP_RANK. Reports are JSON POSTs with the token as a
+TRAINOP_PROGRESS_INTERVAL and TRAINOP_RANK, and for an https URL the endpoint's CA bundle
+beside the token (TRAINOP_PROGRESS_CA_FILE), with which the server is verified. Reports are JSON POSTs with the token as a
 bearer token; the operator checks it with a TokenReview, whose answer names the pod the
 token was made for, so a pod can only ever report for its own job (docs/progress.md).
 
@@ -26,8 +27,10 @@ request as a signal to the trainer it runs; `trainop.handlers.progress` is the e
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -37,6 +40,7 @@ from typing import Any
 
 PROGRESS_URL_ENV = "TRAINOP_PROGRESS_URL"
 TOKEN_FILE_ENV = "TRAINOP_PROGRESS_TOKEN_FILE"
+CA_FILE_ENV = "TRAINOP_PROGRESS_CA_FILE"  # the endpoint's CA bundle (https URLs)
 INTERVAL_ENV = "TRAINOP_PROGRESS_INTERVAL"
 RANK_ENV = "TRAINOP_RANK"
 SIGNAL_ENV = "TRAINOP_CHECKPOINT_SIGNAL"
@@ -51,15 +55,31 @@ MAX_BACKOFF = 120.0
 Send = Callable[[str, str, str, "dict[str, Any] | None"], "dict[str, Any]"]
 
 
-def http_send(method: str, url: str, token: str, body: dict[str, Any] | None) -> dict[str, Any]:
+def tls_context(cafile: str) -> ssl.SSLContext:
+    """A client context that trusts the CAs in `cafile` (the endpoint's bundle, projected
+    beside the token; read on every send: a rotation updates it in place), or the system's
+    when it is empty; the server's name and chain are always verified."""
+    return ssl.create_default_context(cafile=cafile or None)
+
+
+def http_send(
+    method: str, url: str, token: str, body: dict[str, Any] | None, cafile: str = ""
+) -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Authorization", f"Bearer {token}")
     if data is not None:
         req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+    context = tls_context(cafile) if url.startswith("https:") else None
+    with urllib.request.urlopen(req, timeout=TIMEOUT, context=context) as resp:
         answer = json.loads(resp.read() or b"{}")
     return answer if isinstance(answer, dict) else {}
+
+
+def _sender(env: Mapping[str, str], send: Send) -> Send:
+    """`send`, given the pod's CA file when it is the default sender."""
+    cafile = env.get(CA_FILE_ENV, "")
+    return functools.partial(http_send, cafile=cafile) if send is http_send and cafile else send
 
 
 def _interval(env: Mapping[str, str]) -> float:
@@ -111,7 +131,7 @@ class Reporter:
         self.interval = _interval(env)
         self.resume_from = env.get(RESUME_ENV, "")
         self._resume_step = env.get(RESUME_STEP_ENV, "")
-        self._send, self._clock = send, clock
+        self._send, self._clock = _sender(env, send), clock
         self._cond = threading.Condition()
         self._pending: dict[str, Any] | None = None
         self._urgent = False
@@ -244,6 +264,7 @@ def poll_request(env: Mapping[str, str], send: Send = http_send) -> dict[str, An
     """Ask the endpoint (GET) whether a checkpoint is wanted from this pod's job: {} when
     it cannot be reached."""
     try:
-        return send("GET", env.get(PROGRESS_URL_ENV, ""), _token(env.get(TOKEN_FILE_ENV, "")), None)
+        url, token = env.get(PROGRESS_URL_ENV, ""), _token(env.get(TOKEN_FILE_ENV, ""))
+        return _sender(env, send)("GET", url, token, None)
     except Exception:  # the operator away is no reason to stop the trainer
         return {}
