@@ -193,19 +193,14 @@ def run(
     heap.limit_arenas()  # before the API client's threads: see trainop.handlers.heap
     load_kube_config(kubeconfig)
     set_rate_limit(kube_api_qps, kube_api_burst)
-    shell = Shell.made(
-        _operator_config(
-            config_path,
-            restart_backoff_seconds,
-            restart_backoff_max_seconds,
-            (progress_url, progress_interval),
-        ),
-        namespaces=list(namespaces),
-        progress_port=progress_port,
+    progress = (progress_url, progress_interval)
+    config = _operator_config(
+        config_path, restart_backoff_seconds, restart_backoff_max_seconds, progress
     )
-    shell.tls = _tls(
-        progress_tls, lease_namespace, progress_tls_secret, progress_url, progress_tls_names
+    tls = _tls(
+        progress_tls, lease_namespace, progress_tls_secret, config.progress_url, progress_tls_names
     )
+    shell = Shell.made(config, namespaces=list(namespaces), progress_port=progress_port, tls=tls)
     if leader_elect:
         shell.elector = _elector(
             lease_name,
