@@ -20,6 +20,8 @@ The shape, every key optional:
     compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
     allowUnconfirmedReleases: true   # false: never choose a release with unconfirmed facts
     kubeflowTrainerStatus: true  # false: progress-wired pods get no KUBEFLOW_TRAINER_SERVER_* (docs/progress.md)
+    progress: {url: https://trainop-progress.trainop-system.svc:8082/v1/progress, intervalSeconds: 10, caBundle: ""}
+                                 # the report channel pods are wired to (`trainop run --progress-url` wins)
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -60,6 +62,7 @@ _KEYS = (
     "compatibilityModes",
     "allowUnconfirmedReleases",
     "kubeflowTrainerStatus",
+    "progress",
 )
 
 
@@ -111,6 +114,35 @@ def _profiles(value: Any) -> tuple[FabricProfile, ...]:
         if name in names[:i]:
             raise ConfigError(f"fabricProfiles[{i}]: a second profile named {name!r}")
     return profiles
+
+
+def _progress(value: Any) -> dict[str, Any]:
+    """`progress: {url, intervalSeconds, caBundle}`: the report channel pods are wired to,
+    so `trainop render --config` wires them as the operator does (docs/progress.md)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("progress: must be a mapping {url, intervalSeconds, caBundle}")
+    unknown = sorted(str(k) for k in value if k not in ("url", "intervalSeconds", "caBundle"))
+    if unknown:
+        raise ConfigError(
+            f"progress.{unknown[0]}: unknown key; known: url, intervalSeconds, caBundle"
+        )
+    out: dict[str, Any] = {}
+    url = value.get("url", "")
+    if not isinstance(url, str) or (url and not url.startswith(("https://", "http://"))):
+        raise ConfigError(f"progress.url: must be an https:// (or http://) URL, got {url!r}")
+    out["progress_url"] = url
+    if value.get("intervalSeconds") is not None:
+        interval = _number("progress.intervalSeconds", value["intervalSeconds"])
+        if interval < 1:
+            raise ConfigError(f"progress.intervalSeconds: must be >= 1, got {interval:g}")
+        out["progress_interval"] = interval
+    ca = value.get("caBundle", "")
+    if not isinstance(ca, str) or (ca and "BEGIN CERTIFICATE" not in ca):
+        raise ConfigError("progress.caBundle: must be PEM certificates (the operator's ca.crt)")
+    out["progress_ca"] = ca
+    return out
 
 
 def _number(key: str, value: Any) -> float:
@@ -185,7 +217,7 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
             "gangScheduling: kubernetes is not combined with externalQueue: kueue; choose one "
             "(both would hold the gang: Kueue by its pod group, kube-scheduler by its PodGroup)"
         )
-    return OperatorConfig(**kwargs)
+    return OperatorConfig(**kwargs, **_progress(data.get("progress")))
 
 
 def _gang_scheduling(value: Any) -> str:

@@ -1052,19 +1052,32 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
 
 def _wired(ctx: _Ctx, obj: dict[str, Any]) -> dict[str, Any]:
     """A gang pod with the progress channel and TRAINOP_RESUME_FROM (trainop.progress)."""
-    resume = progress.resume_env(ctx.st.new, checkpoint_location(ctx.job_spec))
-    url = ctx.config.progress_url
+    return wire_object(obj, ctx.job_spec, ctx.st.new, ctx.config)
+
+
+def wire_object(
+    obj: dict[str, Any],
+    spec: TrainingJobSpec,
+    status: Mapping[str, Any],
+    config: OperatorConfig,
+) -> dict[str, Any]:
+    """`obj` as the operator creates it: a gang pod with the progress channel (config's
+    URL, token, CA, checkpoint signal) and TRAINOP_RESUME_FROM from `status`; anything else
+    as it is. `trainop render` wires its output with this too, so it prints what the
+    operator creates."""
+    resume = progress.resume_env(status, checkpoint_location(spec))
+    url = config.progress_url
     if obj.get("kind") != "Pod" or not (url or resume):
         return obj
-    ckpt = ctx.job_spec.checkpoint
+    ckpt = spec.checkpoint
     return progress.wire_pod(
         obj,
         url,
         ckpt.to_api() if ckpt is not None else None,
         resume,
-        ctx.config.progress_interval,
-        kubeflow=ctx.config.kubeflow_trainer_status,
-        ca=ctx.config.progress_ca,
+        config.progress_interval,
+        kubeflow=config.kubeflow_trainer_status,
+        ca=config.progress_ca,
     )
 
 

@@ -577,3 +577,75 @@ def test_required_rack_on_nodes_without_rack_labels_exits_3_naming_the_label(
         f"no eligible node carries label {c.LABEL_RACK}; label racks with it or set "
         "topologyLevels" in result.stderr.splitlines()[0]
     ), result.stderr
+
+
+# --- render wires progress as the operator does (issue 35) -------------------------------------
+PROGRESS_URL = "https://trainop-progress.trainop-system.svc:8082/v1/progress"
+
+
+def test_render_wires_progress_exactly_as_the_operator_does(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from trainop.cli.render import CA_PLACEHOLDER
+    from trainop.config import load_operator_config
+    from trainop.inventory import build_snapshot
+    from trainop.reconcile import reconcile
+
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        yaml.safe_dump({"progress": {"url": PROGRESS_URL, "intervalSeconds": 5}})
+    )
+    body = job("bert", workers=2, gpus=8).checkpoint(gracePeriodSeconds=60, signal="SIGUSR2")
+    result = render(write_jobs(tmp_path, body.manifest()), "--config", str(config_file))
+    assert result.exit_code == 0, result.output
+    rendered = {o["metadata"]["name"]: o for o in objects(result) if o["kind"] == "Pod"}
+    env = {
+        e["name"]: e.get("value") for e in rendered["bert-worker-0"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TRAINOP_PROGRESS_URL"] == PROGRESS_URL and env["TRAINOP_PROGRESS_INTERVAL"] == "5.0"
+    assert env["TRAINOP_CHECKPOINT_SIGNAL"] == "SIGUSR2"
+    assert env["TRAINOP_PROGRESS_CA_FILE"] == "/var/run/secrets/trainop.dev/progress/ca.crt"
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"].endswith("/v1/trainer-status")
+    meta = rendered["bert-worker-0"]["metadata"]
+    assert meta["annotations"]["trainop.dev/progress-ca"] == CA_PLACEHOLDER
+
+    # The operator's reconcile, with the same config (and its CA), creates the same wiring.
+    import dataclasses
+
+    config = dataclasses.replace(load_operator_config(str(config_file)), progress_ca=CA_PLACEHOLDER)
+    nodes = yaml.safe_load(FLEET_NODES.read_text())["items"]
+    snapshot = build_snapshot(nodes, [], levels=config.topology_levels)
+    acts = reconcile(body.build(), [], lambda: snapshot, config, datetime(2026, 11, 27, 3, 0))
+    created = {o["metadata"]["name"]: o for o in acts.create if o["kind"] == "Pod"}
+    assert set(created) == set(rendered)
+    for name, pod in created.items():
+        mine = rendered[name]
+        for key in ("containers", "volumes"):
+            assert json.loads(json.dumps(pod["spec"][key])) == mine["spec"][key], (name, key)
+        assert pod["metadata"]["annotations"] == mine["metadata"]["annotations"], name
+
+
+def test_without_a_progress_url_render_wires_nothing(tmp_path: Path) -> None:
+    result = render(write_jobs(tmp_path, job("bert", workers=2, gpus=8).manifest()))
+    pods = [o for o in objects(result) if o["kind"] == "Pod"]
+    names = {e["name"] for e in pods[0]["spec"]["containers"][0].get("env") or []}
+    assert "TRAINOP_PROGRESS_URL" not in names
+
+
+@pytest.mark.parametrize(
+    ("progress", "words"),
+    [
+        ({"url": "ftp://x"}, "progress.url: must be an https://"),
+        ({"url": PROGRESS_URL, "intervalSeconds": 0.5}, "progress.intervalSeconds: must be >= 1"),
+        ({"url": PROGRESS_URL, "caBundle": "not pem"}, "progress.caBundle: must be PEM"),
+        ({"uri": PROGRESS_URL}, "progress.uri: unknown key"),
+    ],
+    ids=["scheme", "interval", "ca", "unknown"],
+)
+def test_a_bad_progress_config_names_the_key(
+    tmp_path: Path, progress: dict[str, Any], words: str
+) -> None:
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump({"progress": progress}))
+    result = render(write_jobs(tmp_path, job("bert").manifest()), "--config", str(config_file))
+    assert result.exit_code != 0 and words in result.output, result.output

@@ -19,6 +19,7 @@ TrainingJobs in JOB.yaml each is rendered and the exit code is the highest.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -43,6 +44,7 @@ from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, parse_spec, plan_job
 from trainop.queueing.cluster import least_gpus
 from trainop.queueing.inadmissible import fleet_shortfall
+from trainop.reconcile import wire_object
 from trainop.runtimes import RuntimeKey, RuntimeProblem, resolve, runtime_index
 from trainop.validation import check_queue_label
 from trainop.yamlio import dump_yaml_all
@@ -66,6 +68,9 @@ class Rendered:
     plan: Plan | None = None
     errors: list[str] = field(default_factory=list)
     runtime: str = ""  # "ClusterTrainingRuntime pytorch (generation 2)" when merged with one
+    # The plan's objects as the operator creates them: with the config's progress URL, gang
+    # pods wired to report (reconcile.wire_object); else the plan's own.
+    objects: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _check_identity(body: Mapping[str, Any]) -> str | None:
@@ -182,7 +187,22 @@ def _plan(
     too_long = _long_hostnames(result)
     if too_long:
         return Rendered(who, EXIT_INVALID, errors=[f"error: {too_long}"])
-    return Rendered(who, EXIT_PLACED, plan=result)
+    return Rendered(who, EXIT_PLACED, plan=result, objects=_wired(body, result, config))
+
+
+# With an https progress URL and no `progress.caBundle` in the config, the CA annotation
+# holds this: the bundle lives in the operator's Secret, which render cannot read.
+CA_PLACEHOLDER = "<the CA bundle of the operator's progress TLS Secret (docs/progress.md)>"
+
+
+def _wired(body: Mapping[str, Any], result: Plan, config: OperatorConfig) -> list[dict[str, Any]]:
+    """The plan's objects wired as the operator wires them (a first gang: no resume)."""
+    if not config.progress_url:
+        return list(result.objects)
+    if config.progress_url.startswith("https:") and not config.progress_ca:
+        config = dataclasses.replace(config, progress_ca=CA_PLACEHOLDER)
+    spec = parse_spec(body)
+    return [wire_object(obj, spec, {}, config) for obj in result.objects]
 
 
 def _largest_size(
@@ -368,7 +388,7 @@ def render(
     placed = [r.plan for r in results if r.plan is not None]
     if output == "json":
         if placed:
-            items = [obj for plan in placed for obj in plan.objects]
+            items = [obj for r in results if r.plan is not None for obj in r.objects]
             # default=str: a stray non-JSON value from the user's template prints, not crashes
             click.echo(
                 json.dumps(
@@ -377,7 +397,7 @@ def render(
             )
     else:
         chunks = [
-            placement_header(r.plan, r.runtime) + dump_yaml_all(r.plan.objects)
+            placement_header(r.plan, r.runtime) + dump_yaml_all(r.objects)
             for r in results
             if r.plan is not None
         ]

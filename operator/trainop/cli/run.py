@@ -120,9 +120,9 @@ if TYPE_CHECKING:
 @click.option(
     "--progress-interval",
     type=click.FloatRange(min=1),
-    default=10.0,
-    show_default=True,
-    help="Seconds between a pod's reports, and between two status.progress writes of a job.",
+    default=None,
+    help="Seconds between a pod's reports, and between two status.progress writes of a job "
+    "(default: the config file's progress.intervalSeconds, else 10).",
 )
 @click.option(
     "--progress-tls",
@@ -165,7 +165,7 @@ def run(
     kube_api_burst: int,
     progress_port: int,
     progress_url: str,
-    progress_interval: float,
+    progress_interval: float | None,
     progress_tls: str,
     progress_tls_secret: str,
     progress_tls_names: tuple[str, ...],
@@ -276,7 +276,7 @@ def _operator_config(
     config_path: str | None,
     restart_backoff_seconds: float | None,
     restart_backoff_max_seconds: float | None,
-    progress: tuple[str, float] = ("", 10.0),
+    progress: tuple[str, float | None] = ("", None),
 ) -> OperatorConfig:
     """The config file's settings (or the defaults), with the restart-backoff and progress
     flags on top."""
@@ -298,8 +298,9 @@ def _operator_config(
         restart_backoff_max_seconds=config.restart_backoff_max_seconds
         if restart_backoff_max_seconds is None
         else restart_backoff_max_seconds,
-        progress_url=progress[0],
-        progress_interval=progress[1],
+        # The flags win; without them the config file's `progress:` (or nothing) stays.
+        progress_url=progress[0] or config.progress_url,
+        progress_interval=progress[1] if progress[1] is not None else config.progress_interval,
     )
 
 
