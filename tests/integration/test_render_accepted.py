@@ -10,7 +10,8 @@ sidecars, init containers, scheduling gates, host networking). Each job is rende
 fleets: examples/fleet-nodes.yaml, the real-node tier's fleet (tests/real/fleet-real.yaml),
 a small one with MIG and time-sliced nodes, and examples/fleet-grace.yaml (a GB200 NVL72
 rack and GH200 nodes, arm64, beside amd64 B200: issue 36), with and without DRA claim
-templates, and with the catalog's arm64 windows confirmed.
+templates, with the catalog's arm64 windows confirmed, and with pods wired for progress reports over
+TLS as the operator wires them (issue 35: URL, token and CA projected volume, CA annotation).
 Every object a placed job produces (Service, ConfigMap, ResourceClaimTemplates, Pods, and
 the SSH Secret the operator makes for MPI) goes to the real API server with server-side
 dry-run and strict field validation
@@ -30,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -48,6 +50,7 @@ from trainop.cli.render import EXIT_INVALID, EXIT_NEVER, EXIT_PLACED, EXIT_WAIT,
 from trainop.cluster.fleet import Group, load_fleet, node_manifests
 from trainop.dra import DraConfig
 from trainop.frameworks import FRAMEWORKS
+from trainop.kube import certs
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import OperatorConfig, job_ref
 
@@ -148,6 +151,12 @@ CONFIGS = {
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
     "kueue": OperatorConfig(external_queue="kueue"),  # pods as under Kueue (docs/kueue.md)
     "fabrics": OperatorConfig(fabric_profiles=FABRIC_PROFILES),
+    # pods wired for progress reports over TLS, as the operator wires them (issue 35):
+    # URL, token and CA projected volume, the CA annotation, KUBEFLOW_TRAINER_SERVER_*
+    "progress": OperatorConfig(
+        progress_url="https://trainop-progress.trainop-system.svc:8082/v1/progress",
+        progress_ca=certs.new_ca(datetime(2026, 11, 27))[0],
+    ),
 }
 
 # --- the jobs -----------------------------------------------------------------------------
@@ -460,7 +469,7 @@ def check_job(body: dict[str, Any], dry: DryRun) -> list[str]:
                 problems.append(f"{where}: exit {r.code}: {r.errors}")
                 continue
             TALLY["placed"] += 1
-            objs = list(r.plan.objects)
+            objs = list(r.objects)  # as render prints them: wired for progress with a URL
             if r.plan.secret_name:  # made by the operator, not printed by render
                 objs.insert(0, ssh_secret(job_ref(body), r.plan.secret_name))
             problems += [f"{where}: {p}" for p in map(dry.refusal, objs) if p]
