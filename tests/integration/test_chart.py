@@ -268,6 +268,8 @@ def test_default_template_is_accepted_by_the_apiserver(
             "ClusterRoleBinding",
             "Role",  # leader election: the Lease in the release namespace
             "RoleBinding",
+            "Role",  # the progress endpoint's TLS Secret (docs/rbac.md)
+            "RoleBinding",
             "Service",
             "Service",  # the headless <release>-progress (progress reports, docs/progress.md)
             "Deployment",
@@ -468,6 +470,47 @@ def test_service_account_is_allowed(kube: Kube, release: str, need: tuple[str, .
 def test_service_account_is_denied(kube: Kube, release: str, deny: tuple[str, ...]) -> None:
     proc = kube.run("auth", "can-i", *deny, f"--as=system:serviceaccount:{NS}:{SA}", check=False)
     assert proc.stdout.strip() == "no", f"{deny}: {proc.stdout} {proc.stderr}"
+
+
+# Granted to every authenticated user (system:basic-user, system:discovery): not the chart's.
+EVERYONE = {
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+}
+
+
+def _can_i_list(kube: Kube, namespace: str) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of `kubectl auth can-i --list` for the ServiceAccount."""
+    out = kube.run(
+        "auth", "can-i", "--list", f"--as=system:serviceaccount:{NS}:{SA}", "-n", namespace
+    ).stdout
+    rows = set()
+    for line in out.splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]\s*$", line)
+        if match is None:  # a Non-Resource URL row (no resource column)
+            continue
+        resource, verbs = match.group(1), match.group(4).split()
+        name, _, sub = resource.partition("/")
+        plural, _, group = name.partition(".")
+        if (group, plural) in EVERYONE:
+            continue
+        rows |= {(group, plural + (f"/{sub}" if sub else ""), verb) for verb in verbs}
+    return rows
+
+
+def test_can_i_list_is_the_least_privilege_table(kube: Kube, release: str) -> None:
+    """What the installed ServiceAccount may do, as the API server says, is docs/rbac.md's
+    table for the chart's defaults: in a team namespace the cluster rows, in the release
+    namespace the release rows too (issue 35)."""
+    from tests.unit.test_chart import RBAC_SETTINGS, rbac_table
+
+    when = RBAC_SETTINGS[0][2]  # the defaults: this release is installed with them
+    table = [row for row in rbac_table() if row[4] in when]
+    for namespace, scopes in (("any-team", {"cluster"}), (NS, {"cluster", "release"})):
+        expected = {(g, r, v) for scope, g, r, v, _w in table if scope in scopes}
+        got = _can_i_list(kube, namespace)
+        assert got == expected, (namespace, sorted(got - expected), sorted(expected - got))
 
 
 def _phase(kube: Kube, ns: str, name: str) -> str | None:

@@ -691,3 +691,88 @@ def test_cert_manager_needs_an_issuer(helm: str) -> None:
     assert "issuerRef.name is required" in _render_error(
         helm, "operator.progress.tls.mode=certManager"
     )
+
+
+# --- least privilege: docs/rbac.md is the contract (issue 35) -----------------------------------
+RBAC_DOC = CHART.parent.parent / "docs" / "rbac.md"
+
+
+def rbac_table() -> set[tuple[str, str, str, str, str]]:
+    """(scope, group, resource, verb, when) of every row of docs/rbac.md's table."""
+    rows = set()
+    for line in RBAC_DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or cells[0] not in ("cluster", "release"):
+            continue
+        scope, group, resource, verbs, when, _why = cells
+        for verb in verbs.split(", "):
+            for each in when.split(", "):
+                rows.add((scope, "" if group == "core" else group, resource, verb, each))
+    return rows
+
+
+def granted(docs: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """(scope, group, resource, verb) of every rule of the chart's ClusterRole and Roles."""
+    out = set()
+    for d in docs:
+        if d["kind"] not in ("ClusterRole", "Role"):
+            continue
+        scope = "cluster" if d["kind"] == "ClusterRole" else "release"
+        for rule in d["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        out.add((scope, group, resource, verb))
+    return out
+
+
+# name, --set, the When values of docs/rbac.md that apply
+RBAC_SETTINGS = [
+    ("defaults", (), {"always", "progress", "tls-managed"}),
+    ("progress-off", ("operator.progress.enabled=false",), {"always"}),
+    ("tls-off", ("operator.progress.tls.mode=off",), {"always", "progress"}),
+    (
+        "cert-manager",
+        ("operator.progress.tls.mode=certManager", "operator.progress.tls.issuerRef.name=ca"),
+        {"always", "progress", "tls-cert-manager"},
+    ),
+    (
+        "kueue",
+        ("operator.config.externalQueue=kueue",),
+        {"always", "progress", "tls-managed", "kueue"},
+    ),
+    ("dra", ("operator.config.dra.enabled=true",), {"always", "progress", "tls-managed", "dra"}),
+    (
+        "gang-kubernetes",
+        ("operator.config.gangScheduling=kubernetes",),
+        {"always", "progress", "tls-managed", "gang-kubernetes"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "sets", "when"), RBAC_SETTINGS, ids=[s[0] for s in RBAC_SETTINGS])
+def test_every_grant_is_in_the_least_privilege_table(
+    helm: str, name: str, sets: tuple[str, ...], when: set[str]
+) -> None:
+    table = {row[:4] for row in rbac_table() if row[4] in when}
+    chart = granted(_render(helm, *sets))
+    assert chart - table == set(), "granted by the chart, missing from docs/rbac.md"
+    assert table - chart == set(), "in docs/rbac.md, not granted by the chart"
+
+
+def test_the_table_lists_every_setting() -> None:
+    listed = {row[4] for row in rbac_table()}
+    assert listed == set().union(*(w for _n, _s, w in RBAC_SETTINGS))
+
+
+def test_the_network_policy_admits_only_job_pods_to_the_progress_port(helm: str) -> None:
+    assert not [d for d in _render(helm) if d["kind"] == "NetworkPolicy"]  # off by default
+    policy = _one(_render(helm, "networkPolicy.enabled=true"), "NetworkPolicy")
+    progress, rest = policy["spec"]["ingress"]
+    assert progress["ports"] == [{"port": 8082, "protocol": "TCP"}]
+    [source] = progress["from"]
+    assert source["namespaceSelector"] == {}
+    assert source["podSelector"]["matchExpressions"] == [
+        {"key": "trainop.dev/job-name", "operator": "Exists"}
+    ]
+    assert "from" not in rest and {p["port"] for p in rest["ports"]} == {8080, 8081}
