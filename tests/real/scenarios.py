@@ -76,6 +76,7 @@ def peers_resolved(kube: Kube, ns: str, name: str) -> list[str]:
         log = logs(kube, ns, pod["metadata"]["name"])
         assert line in log, f"{pod['metadata']['name']}: no {line!r} in\n{log[-2000:]}"
         checked.append(next(x for x in log.splitlines() if line in x))
+        print(f"{pod['metadata']['name']}: {checked[-1]}")  # the run's record (-rP)
     return checked
 
 
