@@ -222,7 +222,7 @@ TRAINER_STATUS_REFUSED = [
         400,
         "trainerStatus.metrics[0].value",
     ),
-    ("too-large", {"trainerStatus": {"pad": "x" * 20_000}}, 400, "larger than"),
+    ("too-large", {"trainerStatus": {"pad": "x" * 20_000}}, 413, "larger than"),  # issue 35
 ]
 
 
