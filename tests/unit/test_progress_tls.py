@@ -234,3 +234,15 @@ def test_the_url_scheme_must_match_the_tls_mode(
     assert (keeper is None) == (mode == "off")
     if keeper is not None and url:
         assert keeper.names == ["p.ns.svc", "127.0.0.1"]
+
+
+def test_a_forbidden_secret_names_the_grant_and_the_fix() -> None:
+    class Forbidden(Exception):
+        status = 403
+
+    class Api:
+        def read_secret(self, ns: str, name: str) -> None:
+            raise Forbidden("secrets is forbidden")
+
+    with pytest.raises(TlsError, match=r"needs get, create and update on it .* --progress-tls off"):
+        TlsKeeper("managed", "ns", "s", NAMES).ensure(Api())  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ import logging
 import os
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -60,7 +61,7 @@ class TlsKeeper:
         """The bundle to serve, renewed first when due (managed mode); raises TlsError when
         there is none to serve (secret mode, the Secret missing or incomplete)."""
         for _attempt in range(3):
-            found = api.read_secret(self.namespace, self.secret)
+            found = self._read(api)
             data, version = found if found is not None else ({}, None)
             bundle = certs.from_secret_data(data)
             if self.mode == "secret":
@@ -88,11 +89,25 @@ class TlsKeeper:
                 self.secret,
                 certs.not_after(fresh.tls_crt).isoformat(),
             )
-        found = api.read_secret(self.namespace, self.secret)
+        found = self._read(api)
         bundle = certs.from_secret_data(found[0] if found else None)
         if bundle is None:
             raise TlsError(f"Secret {self.namespace}/{self.secret} could not be written or read")
         return self._take(bundle, found[1] if found else "")
+
+    def _read(self, api: KubeApi) -> tuple[dict[str, str], str] | None:
+        """The Secret; a refusal (403) becomes a TlsError naming the grant and the fix."""
+        try:
+            return api.read_secret(self.namespace, self.secret)
+        except Exception as err:
+            if getattr(err, "status", None) != 403:
+                raise
+            verbs = "get, create and update" if self.mode == "managed" else "get"
+            raise TlsError(
+                f"Secret {self.namespace}/{self.secret}: forbidden; the operator's "
+                f"ServiceAccount needs {verbs} on it (the chart's Role <release>-progress-tls "
+                "grants them; docs/rbac.md), or run with --progress-tls off"
+            ) from None
 
     def _take(self, bundle: certs.Bundle, version: str) -> certs.Bundle:
         """Serve `bundle`: its certificate and key loaded into the (one) server context."""
@@ -111,7 +126,9 @@ class TlsKeeper:
         self.bundle, self.version = bundle, version
         return bundle
 
-    async def keep(self, api: KubeApi, on_change: object = None) -> None:
+    async def keep(
+        self, api: KubeApi, on_change: Callable[[certs.Bundle], None] | None = None
+    ) -> None:
         """Look at the Secret every CHECK_SECONDS; renew (managed) and reload when due."""
         while True:
             await asyncio.sleep(CHECK_SECONDS)
@@ -121,5 +138,5 @@ class TlsKeeper:
             except Exception as err:  # the API server away: the current certificate serves on
                 log.warning("progress TLS Secret check failed: %s", err)
                 continue
-            if bundle != before and callable(on_change):
+            if bundle != before and on_change is not None:
                 on_change(bundle)
