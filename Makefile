@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install lock build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale bench-admission bench-memory test-faults bench-eligibility bench-placement clean chart-lint \
+        importlint generate check-generated demo demo-down bench bench-scale bench-admission bench-memory bench-integrations test-faults bench-eligibility bench-placement clean chart-lint \
         real-deps build-node-binaries images test-real demo-real demo-real-down
 
 # The venv installs exactly requirements-dev.lock (every version pinned, hashes checked), then
@@ -133,6 +133,13 @@ bench-admission: install
 # server): RSS, tracemalloc's top 10, the size of each part. Results: bench/results/memory.*
 bench-memory: install
 	$(PY) -m bench.memory
+
+# trainop's trainer callbacks (trainop.integrations) under the real transformers and Lightning
+# Trainers on CPU: step-time overhead (callback on/off in one run) and checkpoint-request
+# latency. Needs the extras (pip install 'trainop[transformers,lightning]'), which are not in
+# the dev lock; says so when they are missing. Results: bench/results/integrations.{json,md}
+bench-integrations: install
+	$(PY) bench/integrations.py
 
 bench-eligibility: install
 	$(PY) bench/eligibility.py

@@ -148,8 +148,9 @@ def fake_transformers(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     hf_integration._callback_class.cache_clear()
 
 
-def hf_callback(reporter: FakeReporter) -> Any:
-    return hf_integration.TrainopCallback(reports=StepReports(reporter, clock=ticking()))  # type: ignore[attr-defined]
+def hf_callback(reporter: FakeReporter, check_every: int = 1) -> Any:
+    reports = StepReports(reporter, clock=ticking(), check_every=check_every)
+    return hf_integration.TrainopCallback(reports=reports)  # type: ignore[attr-defined]
 
 
 def test_hf_reports_step_throughput_total_and_logs(fake_transformers: Any, tmp_path: Path) -> None:
@@ -230,10 +231,34 @@ def test_hf_request_heard_by_one_rank_saves_on_every_rank(
 ) -> None:
     """The flag goes through the all-ranks reduction: a rank that heard nothing saves too."""
     rep = FakeReporter()  # this rank never hears the request
-    cb = hf_integration.TrainopCallback(reports=StepReports(rep), sync=lambda flag: True)  # type: ignore[attr-defined]
+    cb = hf_integration.TrainopCallback(
+        reports=StepReports(rep, check_every=1), sync=lambda flag: True
+    )  # type: ignore[attr-defined]
     control = HFControl()
     cb.on_step_end(HFArgs(str(tmp_path)), HFState(10, 4, is_local_process_zero=False), control)
     assert control.should_save
+
+
+CADENCE = [
+    ("several ranks: every 10th step by default", 10, 2, [10]),
+    ("several ranks, check_every=1: the next step", 1, 2, [3]),
+    ("one process: every step, whatever check_every", 10, 1, [3]),
+]
+
+
+@pytest.mark.parametrize(("name", "every", "world", "saves"), CADENCE, ids=[c[0] for c in CADENCE])
+def test_hf_the_ranks_look_at_the_request_on_the_same_steps(
+    fake_transformers: Any, tmp_path: Path, name: str, every: int, world: int, saves: list[int]
+) -> None:
+    """The reduction is a collective: every rank takes it at the same steps, a step count."""
+    rep = FakeReporter()
+    args = HFArgs(str(tmp_path), world_size=world)
+    trainer = fake_transformers.Trainer(
+        args, callbacks=[hf_callback(rep, check_every=every)], max_steps=12
+    )
+    trainer.hook = lambda step: setattr(rep, "requested", rep.requested or step == 2)
+    trainer.train()
+    assert [s for _, s in rep.checkpoints()] == saves
 
 
 def test_without_torch_the_reduction_is_the_flag() -> None:
@@ -416,9 +441,11 @@ def fake_lightning(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     pl_integration._make.cache_clear()
 
 
-def pl_callback(reporter: FakeReporter, dirpath: str | None = None) -> Any:
+def pl_callback(reporter: FakeReporter, dirpath: str | None = None, check_every: int = 1) -> Any:
     cls = pl_integration.TrainopCallback  # type: ignore[attr-defined]
-    return cls(dirpath=dirpath, reports=StepReports(reporter, clock=ticking()))
+    return cls(
+        dirpath=dirpath, reports=StepReports(reporter, clock=ticking(), check_every=check_every)
+    )
 
 
 def test_lightning_reports_step_throughput_total_and_metrics(
@@ -508,3 +535,30 @@ def test_the_libraries_are_imported_only_when_a_callback_is_used() -> None:
     )
     with pytest.raises(AttributeError):
         hf_integration.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_lightning_reads_its_metric_tensors_once_per_half_interval(fake_lightning: Any) -> None:
+    """callback_metrics and the loss are device tensors: reading one is a host sync, so
+    they are read at most once per half report interval, not every step."""
+    rep = FakeReporter()
+    rep.interval = 3600.0  # type: ignore[attr-defined]
+    reads = []
+
+    class Counting(fake_lightning.Trainer):  # type: ignore[misc,name-defined]
+        @property
+        def callback_metrics(self) -> dict[str, Any]:
+            reads.append(self.global_step)
+            return {"train_acc": 0.5}
+
+        @callback_metrics.setter
+        def callback_metrics(self, value: Any) -> None:
+            pass
+
+    Counting(callbacks=[pl_callback(rep)], max_steps=6).fit()
+    assert reads == [1]
+    # and the Reporter is handed a report at most 4 times an interval, the last step's at
+    # the end: it sends only the newest once an interval anyway
+    assert [(r["step"], r["metrics"]) for r in rep.reports] == [
+        (1, {"train_acc": 0.5, "loss": 1.0}),
+        (6, {"train_acc": 0.5, "loss": 1.0}),
+    ]

@@ -12,8 +12,10 @@ that:
   each node's local rank 0, through trainop's Reporter;
 - on a checkpoint request, calls `trainer.save_checkpoint(<dirpath>/step-<N>.ckpt)` on every
   rank at the same step (the request is reduced with the strategy's
-  `reduce_boolean_decision`), Lightning's own full checkpoint (model, optimizers,
-  schedulers, loops), and reports the path. `dirpath` defaults to
+  `reduce_boolean_decision`, every `check_every` steps when there are several ranks, every
+  step with one), Lightning's own full checkpoint (model, optimizers, schedulers, loops),
+  and reports the path. The metrics (device tensors) are read at most once a report
+  interval, so the callback adds no host sync to most steps. `dirpath` defaults to
   `<trainer.default_root_dir>/trainop-checkpoints`; give a shared volume in a real job.
 
 `install()` (SDK jobs, trainop.launcher.sdkrun): every Lightning `Trainer` built afterwards
@@ -56,6 +58,16 @@ def _batch_size(batch: Any) -> int | None:
     return len(batch) if isinstance(batch, list | tuple) else None
 
 
+def _total(trainer: Any) -> int | None:
+    """The planned number of steps: max_steps, else Lightning's estimate (None if unbounded)."""
+    if trainer.max_steps and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    estimated = getattr(trainer, "estimated_stepping_batches", None)
+    if isinstance(estimated, int | float) and estimated != float("inf"):
+        return int(estimated)
+    return None
+
+
 def _loss(outputs: Any) -> dict[str, Any]:
     if isinstance(outputs, dict):
         return {"loss": outputs["loss"]} if "loss" in outputs else {}
@@ -85,10 +97,16 @@ def _make(package: str) -> type:
     class TrainopCallback(base):
         """Reports to trainop and checkpoints on its request (module docstring)."""
 
-        def __init__(self, dirpath: str | None = None, reports: StepReports | None = None) -> None:
+        def __init__(
+            self,
+            dirpath: str | None = None,
+            reports: StepReports | None = None,
+            check_every: int = 10,
+        ) -> None:
             super().__init__()
             self.dirpath = dirpath
-            self.reports = reports if reports is not None else StepReports()
+            self.reports = reports if reports is not None else StepReports(check_every=check_every)
+            self._fixed: tuple[int | None, int] | None = None
 
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             wanted = os.environ.get("TRAINOP_RESUME_FROM")
@@ -106,22 +124,24 @@ def _make(package: str) -> type:
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
-            total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-            if total is None:
-                estimated = getattr(trainer, "estimated_stepping_batches", None)
-                total = (
-                    int(estimated)
-                    if isinstance(estimated, int | float) and estimated != float("inf")
-                    else None
-                )
-            size = _batch_size(batch)
-            samples = size * int(getattr(trainer, "world_size", 1)) if size else None
-            self.reports.log({**dict(trainer.callback_metrics or {}), **_loss(outputs)})
+            if self._fixed is None:  # what does not change during a fit, read once
+                self._fixed = (_total(trainer), int(getattr(trainer, "world_size", 1) or 1))
+            total, world = self._fixed
+            step = trainer.global_step
             local_zero = getattr(trainer, "local_rank", 0) == 0
-            self.reports.end(trainer.global_step, total, samples, local_zero)
+            if local_zero and self.reports.metrics_due():  # tensors: read once an interval
+                self.reports.log({**dict(trainer.callback_metrics or {}), **_loss(outputs)})
+            size = _batch_size(batch)
+            self.reports.end(step, total, size * world if size else None, local_zero)
+            if not self.reports.check_now(step, world):
+                return
             wanted = trainer.strategy.reduce_boolean_decision(self.reports.requested(), all=False)
             if wanted:
                 self.save(trainer)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self._fixed = None
+            self.reports.finish()
 
         def save(self, trainer: Any) -> str:
             """Lightning's own checkpoint, on every rank, then the report (from local rank 0)."""
@@ -130,9 +150,6 @@ def _make(package: str) -> type:
             trainer.save_checkpoint(path)
             self.reports.saved(path, trainer.global_step, getattr(trainer, "local_rank", 0) == 0)
             return path
-
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            self.reports.finish()
 
     return TrainopCallback
 

@@ -11,8 +11,9 @@ A `transformers.TrainerCallback`
   total (`state.max_steps`, for the ETA) and the numeric logs of `on_log` (loss,
   learning_rate, grad_norm, epoch) through trainop's Reporter, from each node's local
   process zero;
-- on a checkpoint request (preemption, node drain) sets `control.should_save`, so the
-  Trainer saves through its own machinery (model, optimizer, scheduler, RNG, trainer
+- on a checkpoint request (preemption, node drain) sets `control.should_save` (the request
+  is reduced over the ranks every `check_every` steps, 10 by default, every step in a single
+  process), so the Trainer saves through its own machinery (model, optimizer, scheduler, RNG, trainer
   state: what `resume_from_checkpoint` restores) right after that step, and reports
   `<output_dir>/checkpoint-<step>`, the directory `on_save` follows; every other save
   (save_steps) is reported as well;
@@ -70,9 +71,11 @@ def _callback_class() -> type:
     class TrainopCallback(base):
         """Reports to trainop and checkpoints on its request (module docstring)."""
 
-        def __init__(self, reports: StepReports | None = None, sync: Any = _sync_any) -> None:
+        def __init__(
+            self, reports: StepReports | None = None, sync: Any = _sync_any, check_every: int = 10
+        ) -> None:
             silence_kubeflow()
-            self.reports = reports if reports is not None else StepReports()
+            self.reports = reports if reports is not None else StepReports(check_every=check_every)
             self.sync = sync
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -101,7 +104,10 @@ def _callback_class() -> type:
             self.reports.end(
                 state.global_step, state.max_steps, per_step, state.is_local_process_zero
             )
-            if self.sync(self.reports.requested()):
+            world = int(getattr(args, "world_size", 1) or 1)
+            if self.reports.check_now(state.global_step, world) and self.sync(
+                self.reports.requested()
+            ):
                 control.should_save = True
             return control
 

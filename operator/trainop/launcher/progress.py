@@ -196,10 +196,17 @@ class Reporter:
                 body[key] = float(value)
         if checkpoint is not None:
             body["checkpoint"] = {"path": str(checkpoint[0]), "step": int(checkpoint[1])}
+        urgent = force or checkpoint is not None
         with self._cond:
+            idle = self._pending is None
             self._pending = body
-            self._urgent = self._urgent or force or checkpoint is not None
-            self._cond.notify()
+            self._urgent = self._urgent or urgent
+            # Wake the sender only when it waits for a report at all, or for an urgent one:
+            # while it sleeps out the interval it takes the newest report when it wakes.
+            # Waking it on every report of a training loop costs a thread switch and a GIL
+            # hand-over per step (measured: 2 ms a step of a 43 ms CPU step, bench/integrations.py).
+            if idle or urgent:
+                self._cond.notify()
         self._start()
 
     def flush(self, timeout: float = TIMEOUT) -> None:

@@ -138,16 +138,17 @@ class LocalJob:
         """Until every process ends; JobFailedError naming the node and exit code when one
         fails (the others are stopped, as torchrun and the operator's gang do)."""
         deadline = time.monotonic() + timeout
+        failed = None
         while self.running():
             failed = self._first_failure()
-            if failed is not None:
+            if failed is not None:  # the first to fail, before stop() adds the others
                 self.stop()
                 break
             if time.monotonic() >= deadline:
                 self.stop()
                 raise WaitTimeoutError(self.name, ("Succeeded",), "Running", timeout)
             time.sleep(0.05)
-        failed = self._first_failure()
+        failed = failed or self._first_failure()
         if failed is not None:
             node, code = failed
             raise JobFailedError(
