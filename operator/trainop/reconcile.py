@@ -1118,6 +1118,37 @@ def rejected_status(
     return st.new, st.events
 
 
+# The condition that says whether spec.runtimeRef merged (trainop.runtimes): False with the
+# problem's reason (RuntimeNotFound, RuntimeInvalid, ...) while the job waits for it.
+RUNTIME_CONDITION = "RuntimeResolved"
+
+
+def runtime_wait_status(
+    body: Mapping[str, Any], reason: str, message: str, now: datetime, live: bool = False
+) -> tuple[dict[str, Any], list[Event]]:
+    """Status of a job whose spec.runtimeRef cannot be merged (runtimes.RuntimeProblem):
+    condition RuntimeResolved False with the problem's reason and message (the runtime and
+    the fix), and Queued with pendingReason Runtime; not Invalid, since the fix may be the
+    runtime's. One Warning Event, with the problem's reason, when the problem is new. With
+    `live` (a running gang whose merge is not known to this process) only the condition
+    and the Event: the gang runs on, nothing is created or deleted."""
+    st = _Status(body, now)
+    news = not any(
+        cd.get("type") == RUNTIME_CONDITION
+        and cd.get("status") == "False"
+        and cd.get("reason") == reason
+        and cd.get("message") == message
+        for cd in st.old.get("conditions") or []
+    )
+    st.cond(RUNTIME_CONDITION, False, reason, message)
+    if not live:
+        st.wait(WaitReason.RUNTIME, message)
+    st.events.clear()
+    if news:
+        st.events.append(("Warning", reason, message))
+    return st.new, st.events
+
+
 def preempted_status(
     body: Mapping[str, Any], reason: str, message: str, now: datetime
 ) -> dict[str, Any]:

@@ -14,19 +14,27 @@ state: tests/unit/test_shellrules.py is a named-case table for each.
   written before the gang's pods exist;
 - `taken_by_another`: a 409 on a pod name that something else holds, which no retry fixes;
 - `checkpoint_first` (with `checkpoint_grace`), `preempted_already`: whether an eviction
-  waits for a checkpoint first, and whether it was already told.
+  waits for a checkpoint first, and whether it was already told;
+- `names_runtime`, `gang_live`, `runtime_recorded`: which jobs a runtime's change concerns,
+  whether a job keeps the runtime merge its pods were planned from
+  (`runtimes.resolve_live`), and what status records of the runtime a job was merged with
+  (status.runtime when a gang is created; a RuntimeResolved condition turned True again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from trainop.api import constants as c
+from trainop.api.conditions import set_condition
 from trainop.api.reasons import WaitReason
+from trainop.api.trainingruntime import CLUSTER_RUNTIME_KIND, RUNTIME_KIND
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import in_line
-from trainop.reconcile import ADMIT_ALL, Admission
+from trainop.reconcile import ADMIT_ALL, RUNTIME_CONDITION, Admission
 
 
 class Mode(StrEnum):
@@ -163,3 +171,63 @@ def preempted_already(body: Mapping[str, Any]) -> bool:
         cd.get("type") == "Preempted" and cd.get("status") == "True"
         for cd in (body.get("status") or {}).get("conditions") or []
     )
+
+
+# --- runtimes (spec.runtimeRef; trainop.runtimes) ---------------------------------------------
+def names_runtime(body: Mapping[str, Any], key: tuple[str, str, str]) -> bool:
+    """Whether the job's spec.runtimeRef names the runtime `key` (runtimes.runtime_key: kind,
+    namespace, "" for a cluster runtime, name): its resolution changes with that runtime."""
+    ref = (body.get("spec") or {}).get("runtimeRef")
+    if not isinstance(ref, Mapping):
+        return False
+    kind = ref.get("kind") or CLUSTER_RUNTIME_KIND
+    namespace = str((body.get("metadata") or {}).get("namespace") or "default")
+    return (kind, namespace if kind == RUNTIME_KIND else "", ref.get("name")) == tuple(key)
+
+
+def gang_live(body: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the job has pods of its current gang (not being deleted, and not of an
+    earlier gang generation than status.restartCount): such a gang keeps the runtime merge
+    its pods were planned from (runtimes.resolve_live)."""
+    restarts = int((body.get("status") or {}).get("restartCount") or 0)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        made_for = (meta.get("annotations") or {}).get(c.ANNOTATION_RESTART_COUNT)
+        if made_for is None or not str(made_for).isdigit() or int(made_for) >= restarts:
+            return True
+    return False
+
+
+def runtime_recorded(
+    status: Mapping[str, Any],
+    runtime: Mapping[str, Any] | None,
+    creates: bool,
+    now: datetime,
+    generation: int | None,
+) -> dict[str, Any]:
+    """The status a reconcile of a job that merges writes, with what its runtime adds:
+    status.runtime (`runtime`, {kind, name, generation}) when the reconcile creates a gang
+    (the merge its pods are planned from; a running gang keeps the one it has), and a
+    RuntimeResolved condition left False by an earlier problem turned True. An empty
+    status (nothing to write) stays empty."""
+    if not status:
+        return dict(status)
+    out = dict(status)
+    if creates and runtime is not None:
+        out["runtime"] = dict(runtime)
+    conditions = out.get("conditions") or []
+    if any(
+        cd.get("type") == RUNTIME_CONDITION and cd.get("status") == "False" for cd in conditions
+    ):
+        out["conditions"] = [dict(cd) for cd in conditions]
+        said = (
+            f"merged with {runtime.get('kind')} {runtime.get('name')}"
+            if runtime is not None
+            else "the job names no runtime"
+        )
+        set_condition(
+            out["conditions"], RUNTIME_CONDITION, "True", "Resolved", said, now, generation
+        )
+    return out

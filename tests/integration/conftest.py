@@ -198,7 +198,13 @@ class OperatorProcess:
 @pytest.fixture(scope="session")
 def crds_installed(kube: Kube) -> None:
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / "crds"))
-    for crd in ("trainingjobs", "trainingqueues", "fabricprofiles"):
+    for crd in (
+        "trainingjobs",
+        "trainingqueues",
+        "fabricprofiles",
+        "clustertrainingruntimes",  # the operator lists and watches runtimes at start-up
+        "trainingruntimes",
+    ):
         # Polled, not `kubectl wait`: that fails at once ("accessor error") while a new CRD's
         # status.conditions is still null, a window a cold API server can leave open.
         kube.wait_for(

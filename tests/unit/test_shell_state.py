@@ -9,18 +9,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from tests.builders import busy, fleet_nodes, job, pod, uid_of
+from tests.builders import busy, fleet_nodes, job, pod, runtime, uid_of
 from trainop.handlers.scheduler import AdmissionLoop, gather, plan_pods
 from trainop.handlers.state import Assumed, JobKey, ShellState, Verdict
 from trainop.inventory import build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing.cluster import PassResult
 from trainop.queueing.model import JobDecision
+from trainop.runtimes import Resolved, RuntimeProblem
 
 CONFIG = OperatorConfig()
 
@@ -709,6 +711,18 @@ def _traces(where: Any, needles: frozenset[Any], path: str, seen: set[int]) -> l
     return [t for n in names for t in _traces(getattr(where, n), needles, f"{path}.{n}", seen)]
 
 
+def _remember_a_merge(state: ShellState, key: JobKey) -> None:
+    """The job's runtime merge: the one its gang was planned from, and the memoized
+    resolution (the runtime itself is no job's and stays)."""
+    state.upsert_runtime(runtime("pytorch").framework("pytorch").env(TAG="any").build())
+    mine = [{"name": "trainer", "env": [{"name": "TAG", "value": "bert-merged"}]}]
+    named = job("bert").runtime_ref("pytorch").unset("framework").template(containers=mine)
+    mem = state.jobs[key]
+    merged = mem.resolution(named.build(), state.runtimes, state.runtimes_revision, False)
+    assert isinstance(merged, Resolved)
+    mem.planned_from(merged)
+
+
 def _shell(state: ShellState, **parts: Any) -> Any:
     from trainop.handlers.shell import Shell
 
@@ -732,7 +746,7 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool) -> None:
     key = "team-a/bert"
     plan = state.jobs[key].verdict.admission.plan  # type: ignore[union-attr]
     (first, (node, _)), (second, _) = sorted(plan.pinned().items())
-    needles = frozenset({key, ("team-a", first), ("team-a", second), "bert-wl"})
+    needles = frozenset({key, ("team-a", first), ("team-a", second), "bert-wl", "bert-merged"})
 
     def traces() -> list[str]:
         return _traces(shell, needles, "shell", set())
@@ -749,6 +763,7 @@ def test_a_deleted_job_leaves_no_trace(reconciling: bool) -> None:
         workload = {"metadata": {"name": "bert-wl", "namespace": "team-a"}}
         workload["metadata"]["labels"] = {"trainop.dev/job-name": "bert"}
         kueue.remember_workload(state, {"type": "ADDED"}, workload)
+        _remember_a_merge(state, key)
         handlers._requeue(shell, key, 30.0)
         handle = state.jobs[key].requeue
         lock = handlers._lock(shell, key)
@@ -860,3 +875,125 @@ def test_an_eviction_waits_for_the_checkpoint_in_the_jobs_record(
         ("delete", "bert-worker-1"),
     ]
     assert key not in state.jobs
+
+
+# --- runtimes (spec.runtimeRef) ------------------------------------------------------------
+def _runtime_job(name: str = "bert", generation: int = 1) -> dict[str, Any]:
+    """A job that takes framework, CUDA and its pod template from ClusterTrainingRuntime
+    pytorch (as examples/runtimes/ do): only its size and command are its own."""
+    built = (
+        job(name, workers=2, gpus=8)
+        .runtime_ref("pytorch")
+        .unset("framework", "cuda")
+        .generation(generation)
+        .meta(creationTimestamp="2025-06-01T11:00:00Z")
+    )
+    return built.build()
+
+
+def _pt_runtime(tag: str = "one", generation: int = 1, cuda: str = "12.4") -> dict[str, Any]:
+    return (
+        runtime("pytorch")
+        .framework("pytorch", "2.4")
+        .set("cuda", cuda)
+        .env(DATASET=tag)
+        .pod(volumes=[{"name": "data", "emptyDir": {}}])
+        .generation(generation)
+        .build()
+    )
+
+
+def _env(body: Mapping[str, Any]) -> dict[str, str]:
+    trainer = body["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in trainer.get("env") or []}
+
+
+def test_a_runtime_change_bumps_the_revision_and_names_the_jobs_that_name_it() -> None:
+    state = fleet_state()
+    state.upsert_job(_runtime_job("bert"))
+    state.upsert_job(new_job("plain"))
+    woke: list[int] = []
+    state.on_change = lambda: woke.append(state.revision)
+    assert state.upsert_runtime(_pt_runtime()) == ["team-a/bert"]
+    assert state.runtimes_revision == 1 and woke
+    assert state.upsert_runtime(_pt_runtime()) == []  # the same again: nothing moved
+    assert state.runtimes_revision == 1
+    assert state.upsert_runtime(_pt_runtime("two", generation=2)) == ["team-a/bert"]
+    other = runtime("jax").framework("jax").build()
+    assert state.upsert_runtime(other) == []  # nobody names it, but it is kept
+    assert state.runtimes_revision == 3
+    assert state.remove_runtime("ClusterTrainingRuntime", None, "pytorch") == ["team-a/bert"]
+    assert state.remove_runtime("ClusterTrainingRuntime", None, "pytorch") == []
+    assert list(state.runtimes) == [("ClusterTrainingRuntime", "", "jax")]
+    local = runtime("pytorch", namespace="team-a").framework("pytorch").build()
+    state.load("trainingruntimes", [{k: v for k, v in local.items() if k != "kind"}])
+    assert ("TrainingRuntime", "team-a", "pytorch") in state.runtimes  # kind set by the loader
+
+
+def test_a_job_waits_out_of_line_for_its_runtime_then_is_admitted_merged() -> None:
+    state = fleet_state()
+    state.upsert_job(_runtime_job("bert"))
+    problem = state.resolution("team-a/bert")
+    assert isinstance(problem, RuntimeProblem) and problem.reason == "RuntimeNotFound"
+    now = datetime(2025, 6, 1, 12, 0, 0)
+    assert gather(state, CONFIG, now, 0.0).bodies == []  # no verdict, nothing assumed
+    rec = run_cycle(state)
+    assert verdicts(state) == {} and rec.reconciled == []
+    state.upsert_runtime(_pt_runtime())
+    work = gather(state, CONFIG, now, 0.0)
+    (merged,) = work.bodies
+    assert merged["spec"]["framework"] == {"name": "pytorch", "version": "2.4"}
+    assert _env(merged) == {"DATASET": "one"}
+    rec = run_cycle(state)
+    assert rec.reconciled == ["team-a/bert"]
+    assert verdicts(state)["team-a/bert"].admission.admitted
+
+
+def test_a_resolution_is_kept_until_the_spec_or_the_runtimes_move() -> None:
+    state = fleet_state()
+    state.upsert_runtime(_pt_runtime())
+    state.upsert_job(_runtime_job("bert"))
+    first = state.resolution("team-a/bert")
+    assert isinstance(first, Resolved) and first.runtime is not None
+    assert first.status() == {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "pytorch", "generation": 1}
+    }
+    written = _runtime_job("bert")
+    written["metadata"]["resourceVersion"] = "200"
+    written["status"] = {"phase": "Queued"}
+    state.record_written("team-a/bert", written)
+    again = state.resolution("team-a/bert")
+    assert isinstance(again, Resolved)
+    assert again.body["spec"] is first.body["spec"]  # kept, not merged again
+    assert again.body["status"] == {"phase": "Queued"}  # under the newest status
+    state.upsert_runtime(_pt_runtime("two", generation=2))
+    moved = state.resolution("team-a/bert")
+    assert isinstance(moved, Resolved) and _env(moved.body) == {"DATASET": "two"}
+    assert state.merged("team-a/bert") == moved.body
+    state.remove_runtime("ClusterTrainingRuntime", None, "pytorch")
+    assert state.merged("team-a/bert") == state.job("team-a/bert")  # the body as it is
+
+
+def test_a_live_gang_keeps_its_merge_until_the_job_itself_is_edited() -> None:
+    state = fleet_state()
+    state.upsert_runtime(_pt_runtime("one"))
+    state.upsert_job(_runtime_job("bert"))
+    key = "team-a/bert"
+    planned = state.resolution(key)
+    assert isinstance(planned, Resolved)
+    state.jobs[key].planned_from(planned)
+    state.upsert_pod(pod("bert-worker-0").on("h100-a-01").gpus(8).build())
+    for change in (
+        lambda: state.upsert_runtime(_pt_runtime("two", generation=2)),  # edited
+        lambda: state.upsert_runtime(_pt_runtime("two", 3, cuda="x")),  # broken
+        lambda: state.remove_runtime("ClusterTrainingRuntime", None, "pytorch"),  # deleted
+    ):
+        change()
+        kept = state.resolution(key)
+        assert isinstance(kept, Resolved), kept
+        assert _env(kept.body) == {"DATASET": "one"} and kept.runtime == planned.runtime
+    state.upsert_job(_runtime_job("bert", generation=2))  # the job edited: merged again
+    assert isinstance(state.resolution(key), RuntimeProblem)
+    state.upsert_job(_runtime_job("bert"))
+    state.remove_pod("team-a", "bert-worker-0")  # the gang ended: the next one waits
+    assert isinstance(state.resolution(key), RuntimeProblem)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.builders import JOB, job, pod
+from trainop.api import constants as c
 from trainop.api.reasons import WaitReason
 from trainop.planner import OperatorConfig
-from trainop.reconcile import ADMIT_ALL, Admission
+from trainop.reconcile import ADMIT_ALL, RUNTIME_CONDITION, Admission, runtime_wait_status
 from trainop.shellrules import (
     Mode,
     admission_for,
     admits,
     checkpoint_first,
     counts_only,
+    gang_live,
     mode,
+    names_runtime,
     preempted_already,
+    runtime_recorded,
     taken_by_another,
 )
 
@@ -259,3 +265,228 @@ def test_checkpoint_first(
 )
 def test_preempted_already(body: Any, expected: bool) -> None:
     assert preempted_already(body.build()) is expected
+
+
+# --- runtimes: names_runtime, gang_live, runtime_recorded, runtime_wait_status --------------
+CLUSTER_PT = ("ClusterTrainingRuntime", "", "pytorch")
+LOCAL_PT = ("TrainingRuntime", "team-a", "pytorch")
+
+
+def _named(ref: Any, namespace: str = "team-a") -> dict[str, Any]:
+    body = job(JOB, namespace=namespace).build()
+    if ref is not None:
+        body["spec"]["runtimeRef"] = ref
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "expected"),
+    [
+        pytest.param(_named({"name": "pytorch"}), CLUSTER_PT, True, id="cluster-kind-by-default"),
+        pytest.param(
+            _named({"kind": "ClusterTrainingRuntime", "name": "pytorch"}),
+            CLUSTER_PT,
+            True,
+            id="cluster-kind-named",
+        ),
+        pytest.param(_named({"name": "jax"}), CLUSTER_PT, False, id="another-name"),
+        pytest.param(
+            _named({"kind": "TrainingRuntime", "name": "pytorch"}),
+            LOCAL_PT,
+            True,
+            id="namespaced-in-the-jobs-namespace",
+        ),
+        pytest.param(
+            _named({"kind": "TrainingRuntime", "name": "pytorch"}, namespace="team-b"),
+            LOCAL_PT,
+            False,
+            id="namespaced-in-another-namespace",
+        ),
+        pytest.param(
+            _named({"kind": "TrainingRuntime", "name": "pytorch"}),
+            CLUSTER_PT,
+            False,
+            id="namespaced-ref-not-the-cluster-runtime",
+        ),
+        pytest.param(_named(None), CLUSTER_PT, False, id="names-no-runtime"),
+        pytest.param(_named("pytorch"), CLUSTER_PT, False, id="a-malformed-ref-names-none"),
+    ],
+)
+def test_names_runtime(body: dict[str, Any], key: tuple[str, str, str], expected: bool) -> None:
+    assert names_runtime(body, key) is expected
+
+
+def _gang_pod(name: str, generation: str | None = "0", deleting: bool = False) -> dict[str, Any]:
+    built = pod(name).build()
+    if generation is not None:
+        built["metadata"].setdefault("annotations", {})[c.ANNOTATION_RESTART_COUNT] = generation
+    if deleting:
+        built["metadata"]["deletionTimestamp"] = "2025-06-01T12:00:00Z"
+    return built
+
+
+RESTARTED = job(JOB).with_status(restartCount=1).build()
+
+
+@pytest.mark.parametrize(
+    ("body", "pods", "expected"),
+    [
+        pytest.param(job(JOB).build(), [], False, id="no-pods"),
+        pytest.param(job(JOB).build(), [_gang_pod("bert-worker-0")], True, id="a-pod-of-the-gang"),
+        pytest.param(
+            job(JOB).build(),
+            [_gang_pod("bert-worker-0", deleting=True)],
+            False,
+            id="only-pods-going",
+        ),
+        pytest.param(
+            RESTARTED, [_gang_pod("bert-worker-0", "0")], False, id="only-an-earlier-gangs-pod"
+        ),
+        pytest.param(
+            RESTARTED, [_gang_pod("bert-worker-0", "1")], True, id="the-restarted-gangs-pod"
+        ),
+        pytest.param(
+            job(JOB).build(),
+            [_gang_pod("bert-worker-0", None)],
+            True,
+            id="a-pod-without-the-annotation",
+        ),
+        pytest.param(
+            RESTARTED,
+            [_gang_pod("bert-worker-0", "0"), _gang_pod("bert-worker-1", "1", deleting=True)],
+            False,
+            id="old-gang-and-a-new-one-going",
+        ),
+    ],
+)
+def test_gang_live(body: dict[str, Any], pods: list[dict[str, Any]], expected: bool) -> None:
+    assert gang_live(body, pods) is expected
+
+
+NOW = datetime(2025, 6, 1, 12, 0, 0)
+PT_RUNTIME = {"kind": "ClusterTrainingRuntime", "name": "pytorch", "generation": 3}
+WAITED = {
+    "phase": "Queued",
+    "conditions": [
+        {"type": RUNTIME_CONDITION, "status": "False", "reason": "RuntimeNotFound", "message": "x"}
+    ],
+}
+RUNTIME_OK = {"type": RUNTIME_CONDITION, "status": "True", "reason": "Resolved"}
+
+
+@pytest.mark.parametrize(
+    ("status", "runtime", "creates", "recorded", "condition"),
+    [
+        pytest.param({"phase": "Admitted"}, PT_RUNTIME, True, PT_RUNTIME, None, id="gang-created"),
+        pytest.param({"phase": "Running"}, PT_RUNTIME, False, None, None, id="no-create-no-record"),
+        pytest.param({"phase": "Admitted"}, None, True, None, None, id="names-no-runtime"),
+        pytest.param({}, PT_RUNTIME, True, None, None, id="nothing-to-write-stays-empty"),
+        pytest.param(
+            WAITED,
+            PT_RUNTIME,
+            False,
+            None,
+            {**RUNTIME_OK, "message": "merged with ClusterTrainingRuntime pytorch"},
+            id="a-problem-fixed-turns-the-condition-true",
+        ),
+        pytest.param(
+            WAITED,
+            None,
+            False,
+            None,
+            {**RUNTIME_OK, "message": "the job names no runtime"},
+            id="a-ref-removed-turns-it-true-too",
+        ),
+    ],
+)
+def test_runtime_recorded(
+    status: dict[str, Any],
+    runtime: dict[str, Any] | None,
+    creates: bool,
+    recorded: dict[str, Any] | None,
+    condition: dict[str, Any] | None,
+) -> None:
+    before = copy.deepcopy(status)
+    out = runtime_recorded(status, runtime, creates, NOW, 2)
+    assert status == before  # not changed in place
+    assert out.get("runtime") == recorded
+    got = [cd for cd in out.get("conditions") or [] if cd["type"] == RUNTIME_CONDITION]
+    if condition is None:
+        assert got == [
+            cd for cd in status.get("conditions") or [] if cd["type"] == RUNTIME_CONDITION
+        ]
+    else:
+        assert {k: got[0][k] for k in condition} == condition
+
+
+MISSING = "spec.runtimeRef.name: ClusterTrainingRuntime pytorch not found: create it"
+
+
+def _told(reason: str, message: str, live: bool = False, phase: str = "Queued") -> dict[str, Any]:
+    return {
+        "phase": phase,
+        "conditions": [
+            {"type": RUNTIME_CONDITION, "status": "False", "reason": reason, "message": message}
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "message", "live", "phase", "events"),
+    [
+        pytest.param(
+            {}, "RuntimeNotFound", MISSING, False, "Queued", 1, id="new-job-waits-one-event"
+        ),
+        pytest.param(
+            _told("RuntimeNotFound", MISSING),
+            "RuntimeNotFound",
+            MISSING,
+            False,
+            "Queued",
+            0,
+            id="the-same-problem-again-no-event",
+        ),
+        pytest.param(
+            _told("RuntimeNotFound", MISSING),
+            "RuntimeInvalid",
+            "spec.cuda: bad",
+            False,
+            "Queued",
+            1,
+            id="another-problem-another-event",
+        ),
+        pytest.param(
+            {"phase": "Admitted", "pendingReason": "Quota"},
+            "RuntimeNotFound",
+            MISSING,
+            False,
+            "Queued",
+            1,
+            id="deleted-under-a-queued-job",
+        ),
+        pytest.param(
+            {"phase": "Running"},
+            "RuntimeNotFound",
+            MISSING,
+            True,
+            "Running",
+            1,
+            id="a-live-gang-runs-on-told",
+        ),
+    ],
+)
+def test_runtime_wait_status(
+    status: dict[str, Any], reason: str, message: str, live: bool, phase: str, events: int
+) -> None:
+    body = job(JOB).with_status(**status).build() if status else job(JOB).build()
+    new, told = runtime_wait_status(body, reason, message, NOW, live)
+    assert new["phase"] == phase
+    runtime_cond = next(cd for cd in new["conditions"] if cd["type"] == RUNTIME_CONDITION)
+    assert (runtime_cond["status"], runtime_cond["reason"]) == ("False", reason)
+    assert runtime_cond["message"] == message
+    if not live:
+        assert (new["pendingReason"], new["pendingMessage"]) == (WaitReason.RUNTIME, message)
+        assert not any(
+            cd["type"] == "Invalid" and cd["status"] == "True" for cd in new["conditions"]
+        )
+    assert told == [("Warning", reason, message)] * events

@@ -26,7 +26,8 @@ from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import OperatorConfig
 from trainop.queueing import simulate
 from trainop.queueing.cluster import admission_pass
-from trainop.reconcile import Admission, reconcile
+from trainop.reconcile import Admission, reconcile, runtime_wait_status
+from trainop.runtimes import RuntimeProblem, resolve
 from trainop.shellrules import admission_for
 
 NOW = datetime(2025, 6, 1, 12, 0, 0)
@@ -126,6 +127,17 @@ def _pending() -> tuple[str, str]:
     return admission.reason, admission.message
 
 
+def _runtime() -> tuple[str, str]:
+    # Its spec.runtimeRef names no runtime the cluster has: the shell writes the wait
+    # (handlers.operator._runtime_wait over reconcile.runtime_wait_status), out of line.
+    named = job("j", namespace="team-a").runtime_ref("pytorch").build()
+    problem = resolve(named, {})
+    assert isinstance(problem, RuntimeProblem)
+    status, events = runtime_wait_status(named, problem.reason, str(problem), NOW)
+    assert events == [("Warning", "RuntimeNotFound", str(problem))]
+    return WaitReason(status["pendingReason"]), status["pendingMessage"]
+
+
 # (the reason, how a job comes to wait for it, the phase and the line `explain` shows)
 CASES: list[tuple[WaitReason, Callable[[], tuple[str, str]], str, str]] = [
     (WaitReason.QUOTA, _quota, "Queued", "Waiting:    Quota"),
@@ -136,6 +148,7 @@ CASES: list[tuple[WaitReason, Callable[[], tuple[str, str]], str, str]] = [
     (WaitReason.TOPOLOGY, _topology, "Queued", "Waiting:    Topology"),
     (WaitReason.INADMISSIBLE, _inadmissible, "Queued", "Waiting:    Inadmissible"),
     (WaitReason.PENDING, _pending, "Queued", "Waiting:    Pending"),
+    (WaitReason.RUNTIME, _runtime, "Queued", "Waiting:    Runtime"),
 ]
 
 

@@ -27,3 +27,4 @@ class WaitReason(StrEnum):
     TOPOLOGY = "Topology"  # a Preferred gang waits a bounded time for a better domain
     INADMISSIBLE = "Inadmissible"  # can never be admitted as written: waits out of line
     PENDING = "Pending"  # not decided yet: the admission loop has not spoken (shellrules)
+    RUNTIME = "Runtime"  # its spec.runtimeRef names a missing or invalid runtime (runtimes)

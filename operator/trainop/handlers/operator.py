@@ -57,11 +57,14 @@ from trainop.reconcile import (
     preempted_status,
     reconcile,
     rejected_status,
+    runtime_wait_status,
 )
+from trainop.runtimes import Resolved, RuntimeProblem
 
 log = logging.getLogger("trainop.operator")
 
 JOBS = "trainingjobs.trainop.dev"
+RUNTIMES = ("clustertrainingruntimes.trainop.dev", "trainingruntimes.trainop.dev")
 QUEUES = "trainingqueues.trainop.dev"
 # Seconds a job that merely waits on the admission loop is not looked at again by timers.
 _RESYNC_PHASES = ("Admitted", "Running", "Restarting")
@@ -118,6 +121,11 @@ def register(shell: Shell, registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event("nodes", id="on_node_event", registry=registry)
     async def nodes(event: kopf.RawEvent, body: kopf.Body, name: str, **_: Any) -> None:
         await on_node_event(shell, event, body, name)
+
+    for resource in RUNTIMES:
+        kopf.on.event(resource, id=f"on_{resource.split('.')[0]}", registry=registry)(
+            _runtime_handler(shell)
+        )
 
     @kopf.on.event(JOBS, id="on_job_event", registry=registry)
     async def jobs(
@@ -238,6 +246,8 @@ KINDS = (
     "namespaces",
     "priorityclasses",
     "fabricprofiles",
+    "clustertrainingruntimes",
+    "trainingruntimes",
 )
 
 
@@ -325,6 +335,27 @@ _MIRRORED: tuple[tuple[str, Callable[[ShellState, kopf.Body], Any], Callable[...
     ),
     ("fabricprofiles.trainop.dev", _upsert_fabric, ShellState.remove_fabric),
 )
+
+
+def _runtime_handler(shell: Shell) -> Any:
+    """A ClusterTrainingRuntime or TrainingRuntime event: into the state (its revision
+    bumped on any change or delete), then a reconcile of each job that names it, so a job
+    waiting for it starts and a queued job whose runtime went waits with the condition
+    and the Event. A gang that runs keeps its merge (runtimes.resolve_live)."""
+
+    async def on_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        state = shell.state
+        if event.get("type") == "DELETED":
+            meta = body.get("metadata") or {}
+            jobs = state.remove_runtime(
+                str(body.get("kind") or ""), meta.get("namespace"), str(meta.get("name") or "")
+            )
+        else:
+            jobs = state.upsert_runtime(body)
+        for key in jobs if state.synced else ():
+            shell.spawn(reconcile_job(shell, key))
+
+    return on_event
 
 
 async def on_node_event(shell: Shell, event: kopf.RawEvent, body: kopf.Body, name: str) -> None:
@@ -489,6 +520,12 @@ async def _reconcile_locked(shell: Shell, key: JobKey, mem: JobMemory) -> None:
         try:
             pods = state.job_pods(key, body["metadata"].get("uid"))
             live = any(not p["metadata"].get("deletionTimestamp") for p in pods)
+            resolved = state.resolution(key)  # merged with its runtime (spec.runtimeRef)
+            if not isinstance(resolved, Resolved):
+                if resolved is not None:
+                    await _runtime_wait(shell, key, body, resolved, live)
+                return
+            body = resolved.body  # what the core sees: the merged spec, the job's status
             plan_body: Mapping[str, Any] = body
             if shellrules.mode(shell.config) == shellrules.Mode.KUEUE:
                 assert shell.api is not None
@@ -501,7 +538,7 @@ async def _reconcile_locked(shell: Shell, key: JobKey, mem: JobMemory) -> None:
             if admission is None:
                 return  # a new job: the admission loop reconciles it once it has decided
             async with _carry_out_slot(shell, admission, live):
-                acts = await _carry_out(shell, key, body, plan_body, pods, admission)
+                acts = await _carry_out(shell, key, resolved, plan_body, pods, admission)
             mem.carried_out()
             if admission.admitted and (admission.plan is not None or admission.size is not None):
                 mem.undecided()  # carried out: the next gang decides anew
@@ -533,13 +570,15 @@ def _carry_out_slot(
 async def _carry_out(
     shell: Shell,
     key: JobKey,
-    body: dict[str, Any],
+    resolved: Resolved,
     plan_body: Mapping[str, Any],
     pods: list[dict[str, Any]],
     admission: Admission,
 ) -> Actions:
-    """Plan the job's actions on the current snapshot and apply them."""
+    """Plan the job's actions on the current snapshot and apply them. A gang created from
+    a runtime merge keeps it (JobMemory.planned_from) and status.runtime records it."""
     state = shell.state
+    body = resolved.body
     now = datetime.now(UTC).replace(tzinfo=None)
     acts = reconcile(
         plan_body,
@@ -557,8 +596,42 @@ async def _carry_out(
         # Its GPUs go back and the loop decides again at once, instead of when the
         # assumption expires.
         state.forget(key)
+    creates = any(o["kind"] == "Pod" for o in acts.create)
+    acts.status = shellrules.runtime_recorded(
+        acts.status,
+        resolved.status().get("runtime"),
+        creates,
+        now,
+        body["metadata"].get("generation"),
+    )
+    mem = state.jobs.get(key)
+    if creates and mem is not None and resolved.runtime is not None:
+        mem.planned_from(resolved)
     await _apply(shell, *split_key(key), body, acts)
     return acts
+
+
+async def _runtime_wait(
+    shell: Shell, key: JobKey, body: dict[str, Any], problem: RuntimeProblem, live: bool
+) -> None:
+    """A job whose runtime is missing or invalid (runtimes.RuntimeProblem) waits with no
+    pods: nothing assumed or decided for it is kept, its status says Queued (pendingReason
+    Runtime) with the condition RuntimeResolved False naming the runtime and the fix, and
+    one Warning Event with the problem's reason. Not Invalid: the fix may be the
+    runtime's. A live gang whose merge this process does not know (it started before a
+    restart of the operator, and its runtime went meanwhile) runs on, told the same."""
+    state, mem = shell.state, shell.state.jobs.get(key)
+    if not live:
+        if mem is not None:
+            mem.undecided()
+        state.forget(key)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    status, events = runtime_wait_status(body, problem.reason, str(problem), now, live)
+    ns, name = split_key(key)
+    await _write_status(shell, ns, name, body, status)
+    for etype, reason, message in events:
+        log.info("%s waits for its runtime: %s", key, message)
+        await _event(shell, body, etype, reason, message)
 
 
 async def _report_failure(
@@ -814,7 +887,7 @@ async def evict(shell: Shell, decision: JobDecision, now: datetime) -> None:
     if lock is None:
         return  # gone: nothing to evict
     async with lock:
-        victim = shell.state.job(key)
+        victim = shell.state.merged(key)  # its spec.checkpoint may be its runtime's
         if victim is not None:
             await _evict(shell, key, victim, decision, now)
     shell.state.drop_if_gone(key)
@@ -925,7 +998,7 @@ async def _wait_then_evict(
         if lock is None:
             return  # gone meanwhile
         async with lock:
-            victim = shell.state.job(key)
+            victim = shell.state.merged(key)
             if victim is not None:
                 await _evict(shell, key, victim, decision, now, note=note)
     finally:

@@ -139,6 +139,11 @@ class ProgressService:
         assert job is not None and pod is not None
         return key, pod
 
+    def spec(self, key: JobKey) -> Mapping[str, Any]:
+        """The spec the job's gang runs with: merged with its runtime (spec.runtimeRef), whose
+        progress and checkpoint settings it may take."""
+        return (self.state().merged(key) or {}).get("spec") or {}
+
     def checkpoint_root(self, job: Mapping[str, Any]) -> str | None:
         """Where `job`'s checkpoints must lie (trainop.planner.checkpoint_location), kept
         per spec generation; None when it names no valid location."""
@@ -156,7 +161,7 @@ class ProgressService:
     def check_checkpoint(self, key: JobKey, report: progress.Report) -> None:
         """CheckpointRefused when the report's checkpoint lies outside the job's location."""
         if report.checkpoint_path:
-            progress.check_checkpoint(report, self.checkpoint_root(self.state().job(key) or {}))
+            progress.check_checkpoint(report, self.checkpoint_root(self.state().merged(key) or {}))
 
     async def warn_refused(self, key: JobKey, err: progress.CheckpointRefused) -> None:
         """A Warning Event CheckpointRefused on the job, at most one a minute per job (a
@@ -174,7 +179,7 @@ class ProgressService:
 
     def answer(self, key: JobKey) -> dict[str, Any]:
         """What the pod learns: whether a checkpoint is wanted, since when."""
-        job = self.state().job(key) or {}
+        job = self.state().merged(key) or {}  # spec.checkpoint may be its runtime's
         spec_ckpt = (job.get("spec") or {}).get("checkpoint") or {}
         request = (job.get("status") or {}).get("checkpointRequest")
         if not request:
@@ -197,7 +202,7 @@ class ProgressService:
         meta = pod.get("metadata") or {}
         rank = int((meta.get("annotations") or {}).get(c.ANNOTATION_RANK) or 0)
         node = str((pod.get("spec") or {}).get("nodeName") or "")
-        wanted = (job.get("spec") or {}).get("progress") or {}
+        wanted = self.spec(key).get("progress") or {}
         now = datetime.now(UTC).replace(tzinfo=None)
         new = progress.fold(old, report, rank, node, now, wanted.get("totalSteps"))
         return await self._take(key, job, stored, new)
@@ -213,7 +218,7 @@ class ProgressService:
         old = mem.progress if mem.progress is not None else stored
         if trainerstatus.overruled(old):
             return "ignored"
-        wanted = (job.get("spec") or {}).get("progress") or {}
+        wanted = self.spec(key).get("progress") or {}
         now = datetime.now(UTC).replace(tzinfo=None)
         new = trainerstatus.fold_trainer_status(old, status, now, wanted.get("totalSteps"))
         return await self._take(key, job, stored, new)
@@ -229,7 +234,7 @@ class ProgressService:
         mem = self.state().jobs.get(key)
         if mem is None:
             raise progress.JobGone("the job is gone")
-        wanted = (job.get("spec") or {}).get("progress") or {}
+        wanted = self.spec(key).get("progress") or {}
         placement = (job.get("status") or {}).get("placement")
         new = progress.note_placement(new, placement, int(wanted.get("warmupSteps", 20)))
         mem.reported(new)

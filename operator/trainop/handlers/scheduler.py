@@ -13,7 +13,8 @@ A cycle:
      for the next timed event (an assumption's expiry, a restart backoff ending, a
      backfill threshold), then lets a burst of events settle for `debounce` seconds.
   2. Takes the inputs from the state on the event loop (bodies are replaced, never
-     mutated, so these references stay valid), then runs the pure decision in a worker
+     mutated, so these references stay valid; a job that names a runtime as merged with it,
+     one whose runtime cannot be merged left out), then runs the pure decision in a worker
      thread so the watches keep flowing.
   3. Records every admitted gang as assumed (its GPUs count as used from then on) and
      stores each job's verdict; jobs whose verdict changed are reconciled.
@@ -41,6 +42,7 @@ from trainop.queueing.cluster import PassResult, cycle_inputs, decide
 from trainop.queueing.model import Action, JobDecision, QueueState
 from trainop.queueing.tail import TailMemo
 from trainop.reconcile import Admission, backoff_seconds, parse_time
+from trainop.runtimes import Resolved
 
 log = logging.getLogger("trainop.scheduler")
 
@@ -135,6 +137,10 @@ def gather(state: ShellState, config: OperatorConfig, now: datetime, started: fl
         body = mem.newest()
         if body is None or state.is_rejected(key, body) or state.going_away(key):
             continue
+        resolved = state.resolution(key)  # merged with its runtime (spec.runtimeRef)
+        if not isinstance(resolved, Resolved):
+            continue  # its runtime is missing or invalid: it waits out of line, with no pods
+        body = resolved.body
         wait = _backoff_left(body, config, now)
         if wait > 0:
             work.later.append(started + wait)

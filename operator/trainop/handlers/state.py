@@ -19,6 +19,11 @@ What it keeps, and how it stays current without rebuilding:
   `decided`, `failed`, `saw_workload`, ...);
 - queues, namespaces, PriorityClasses, FabricProfiles, and Kueue's ResourceFlavors and
   WorkloadPriorityClasses: the latest bodies (or what trainop reads of them);
+- runtimes (ClusterTrainingRuntime, TrainingRuntime) by `runtimes.runtime_key`, with a
+  revision bumped on every change or delete; each job's record keeps its last resolution
+  against them (`resolution`, memoized while neither its spec nor the runtimes move) and
+  the merge its current gang was planned from (`planned`), which `runtimes.resolve_live`
+  keeps while that gang lives;
 - assumed gangs: the placement the admission cycle gave a job, counted as used GPUs at
   once, so the next decision of the same cycle, and every cycle until the pods show up in
   the watch, sees them taken (Kueue's assume/forget). An assumption is forgotten when all
@@ -42,15 +47,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from trainop import shellrules
 from trainop.api import constants as c
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.api.trainingjob import TERMINAL_PHASES
+from trainop.api.trainingruntime import CLUSTER_RUNTIME_KIND, RUNTIME_KIND
 from trainop.handlers.slim import slim_job, slim_node, slim_pod
 from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_binding, pod_request
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 from trainop.queueing.model import JobDecision, key_of
 from trainop.queueing.planning import memo_job
 from trainop.reconcile import Admission
+from trainop.runtimes import Resolved, RuntimeKey, RuntimeProblem, resolve_live, runtime_key
 
 # A job's key, in the shell and in queueing alike (QueuedJob.key, JobDecision.key,
 # `queueing.cluster.job_key`): "namespace/name". A pod's key is the pair (namespace, name).
@@ -139,12 +147,42 @@ class JobMemory:
     # minAvailable, the gang's size) or deleted it (0); None: not known since this process
     # started (issue 35).
     budget: int | None = None
+    # The runtime merge (spec.runtimeRef) the job's current gang was planned from, and the
+    # last resolution with what it was made from (runtimes.resolve_live; ShellState.resolution).
+    planned: Resolved | None = None
+    merged: tuple[tuple[Any, ...], Resolved | RuntimeProblem] | None = None
 
     # --- transitions: other modules change a record only through these ------------------
     def budget_now(self, size: int) -> None:
         """The job's PodDisruptionBudget was just made for a gang of `size` pods, or
         deleted (0)."""
         self.budget = size
+
+    def planned_from(self, resolved: Resolved) -> None:
+        """A gang is created from `resolved`: it keeps this merge while it lives."""
+        self.planned = resolved
+
+    def resolution(
+        self,
+        body: dict[str, Any],
+        runtimes: Mapping[RuntimeKey, Mapping[str, Any]],
+        revision: int,
+        live: bool,
+    ) -> Resolved | RuntimeProblem:
+        """`runtimes.resolve_live` of `body`, made again only when the job's spec
+        (generation), the runtimes (`revision`), whether its gang lives or the merge that
+        gang was planned from changed; a kept merge takes the body's current metadata and
+        status."""
+        meta = body.get("metadata") or {}
+        memo = (meta.get("uid"), meta.get("generation"), revision, live, id(self.planned))
+        if self.merged is not None and self.merged[0] == memo:
+            kept = self.merged[1]
+            if isinstance(kept, RuntimeProblem):
+                return kept
+            return Resolved({**body, "spec": kept.body.get("spec") or {}}, kept.runtime)
+        answer = resolve_live(body, runtimes, self.planned, live)
+        self.merged = (memo, answer)
+        return answer
 
     def job_lock(self) -> asyncio.Lock:
         """The lock its reconcile and its evictions hold, made on first use."""
@@ -292,6 +330,10 @@ class ShellState:
     # WorkloadPriorityClasses. Each job's Workload is in its record.
     kueue_flavors: dict[str, dict[str, str]] = field(default_factory=dict)
     kueue_priorities: dict[str, int] = field(default_factory=dict)
+    # ClusterTrainingRuntimes and TrainingRuntimes by runtimes.runtime_key, and a revision
+    # bumped by every change or delete (a job's resolution is memoized against it).
+    runtimes: dict[RuntimeKey, dict[str, Any]] = field(default_factory=dict)
+    runtimes_revision: int = 0
     _assuming: set[JobKey] = field(default_factory=set)  # the jobs whose record has `assumed`
     # Pods we created that the watch has not shown yet (by pod; per job in its record's
     # `created`): the reconcile counts them as present, so a gang seen half-way through the
@@ -664,6 +706,61 @@ class ShellState:
         if self.priorities.pop(name, None) is not None:
             self._changed_inputs()
 
+    # --- runtimes (spec.runtimeRef) ----------------------------------------------------------
+    def upsert_runtime(self, body: Mapping[str, Any]) -> list[JobKey]:
+        """A ClusterTrainingRuntime or TrainingRuntime (its `kind` set); returns the jobs that
+        name it when it changed (their reconcile looks again: a waiting one may start)."""
+        key = runtime_key(body)
+        slim = slim_job(body)  # the body less its managedFields
+        old = self.runtimes.get(key)
+        self.runtimes[key] = slim
+        if old is not None and old.get("spec") == slim.get("spec"):
+            same = (old.get("metadata") or {}).get("generation")
+            if same == (slim.get("metadata") or {}).get("generation"):
+                return []
+        return self._runtime_changed(key)
+
+    def remove_runtime(self, kind: str, namespace: str | None, name: str) -> list[JobKey]:
+        """A runtime deleted; returns the jobs that name it (a queued one now waits)."""
+        key = runtime_key({"kind": kind, "metadata": {"namespace": namespace, "name": name}})
+        if self.runtimes.pop(key, None) is None:
+            return []
+        return self._runtime_changed(key)
+
+    def _runtime_changed(self, key: RuntimeKey) -> list[JobKey]:
+        self.runtimes_revision += 1
+        naming = [
+            k
+            for k, mem in sorted(self.jobs.items())
+            if (body := mem.newest()) is not None and shellrules.names_runtime(body, key)
+        ]
+        for k in naming:
+            self._changed_job(k)  # their intake reads the merged spec: taken in again
+        self.touch()
+        return naming
+
+    def resolution(self, key: JobKey) -> Resolved | RuntimeProblem | None:
+        """The job as the shell hands it to the core: merged with the runtime it names (its
+        live gang's merge kept, runtimes.resolve_live), or why it cannot be; a job naming
+        none is its body as it is (no copy). None: the job is gone."""
+        mem = self.jobs.get(key)
+        body = mem.newest() if mem is not None else None
+        if mem is None or body is None:
+            return None
+        if (body.get("spec") or {}).get("runtimeRef") is None:
+            return Resolved(body)
+        live = shellrules.gang_live(body, self.job_pods(key, body["metadata"].get("uid")))
+        return mem.resolution(body, self.runtimes, self.runtimes_revision, live)
+
+    def merged(self, key: JobKey) -> dict[str, Any] | None:
+        """The job's body with the spec its gang runs with (`resolution`), or the body as it
+        is when its runtime cannot be merged; None: gone. For the readers of spec fields
+        (progress, checkpoint, eviction)."""
+        resolved = self.resolution(key)
+        if isinstance(resolved, Resolved):
+            return resolved.body
+        return self.job(key)
+
     def upsert_fabric(self, profile: FabricProfile) -> None:
         self.fabrics[profile.name] = profile
         self._changed_inputs()
@@ -969,6 +1066,8 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
         b["metadata"]["name"], int(b.get("value") or 0)
     ),
     "fabricprofiles": _load_fabric,
+    "clustertrainingruntimes": lambda s, b: s.upsert_runtime({**b, "kind": CLUSTER_RUNTIME_KIND}),
+    "trainingruntimes": lambda s, b: s.upsert_runtime({**b, "kind": RUNTIME_KIND}),
 }
 
 

@@ -446,6 +446,8 @@ _CUSTOM = {
     "trainingjobs": ("trainingjobs", True),
     "trainingqueues": ("trainingqueues", False),
     "fabricprofiles": ("fabricprofiles", False),
+    "clustertrainingruntimes": ("clustertrainingruntimes", False),
+    "trainingruntimes": ("trainingruntimes", True),
 }
 
 
