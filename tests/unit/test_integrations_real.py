@@ -245,3 +245,49 @@ def test_local_backend_runs_torchrun_nodes_that_meet(tmp_path: Path) -> None:
     job.wait(180)
     lines = [x for r in (0, 1) for x in job.logs(rank=r, follow=False) if x.startswith("rank ")]
     assert sorted(lines) == [f"rank {r}/4 node {r // 2} sum 10" for r in range(4)]
+
+
+# --- train() adds the callback: detection, payload, sdkrun's install(), the Trainer ------------
+def hf_function(out: str) -> None:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    model = GPT2LMHeadModel(
+        GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128, n_positions=32)
+    )
+    data = [{"input_ids": (ids := torch.randint(0, 128, (16,))), "labels": ids} for _ in range(16)]
+    args = TrainingArguments(out, max_steps=2, report_to="none", use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    names = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+    print("callbacks:", ",".join(names), flush=True)
+
+
+def lightning_function() -> None:
+    import lightning as L
+
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_progress_bar=False)
+    print("callbacks:", ",".join(type(c).__name__ for c in trainer.callbacks), flush=True)
+
+
+@pytest.mark.parametrize(
+    ("func", "args", "integration"),
+    [(hf_function, True, "transformers"), (lightning_function, False, "lightning")],
+    ids=["transformers", "lightning"],
+)
+def test_train_adds_the_right_callback_with_no_line_of_trainop(
+    tmp_path: Path, func: Any, args: bool, integration: str
+) -> None:
+    pytest.importorskip(integration)
+    from trainop.sdk import LocalBackend
+
+    job = LocalBackend(tmp_path, launcher="torchrun").train(
+        func,
+        runtime=None,
+        num_nodes=1,
+        gpus_per_node=0,
+        args={"out": str(tmp_path / "out")} if args else None,
+    )
+    assert job.body["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+    job.wait(180)
+    line = next(x for x in job.logs(follow=False) if x.startswith("callbacks:"))
+    assert line.count("TrainopCallback") == 1, line
