@@ -175,5 +175,15 @@ def test_runtimes_listed_checked_and_named(kube: Kube, namespace: str) -> None:
         }
         assert "framework" not in stored["spec"]  # the runtime's, version included
         assert _container(stored)["name"] == "pytorch"  # merged over the runtime's container
+        # the operator merges it: admitted and running, status.runtime says which generation
+        job = sdk.wait(name, until="Running", timeout=90)
+        assert job.status is not None and job.status.runtime is not None
+        assert (job.status.runtime.name, job.status.runtime.generation) == (cluster_rt, 1)
+        pods = kube.get("pods", "-n", namespace, "-l", f"trainop.dev/job-name={name}")["items"]
+        trainer = pods[0]["spec"]["containers"][0]
+        assert (
+            trainer["name"] == "pytorch" and trainer["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+        )
+        assert trainer["command"][:2] == ["trainop-launch", "--"]
     finally:
         kube.run("delete", "clustertrainingruntime", cluster_rt, "--wait=false", check=False)

@@ -4,7 +4,7 @@ only SDK module that talks to the API server (an import-linter contract), throug
 
     from trainop.sdk import TrainopClient
     client = TrainopClient()                                  # kubeconfig, or in-cluster
-    name = client.train(train_fn, runtime="torch-distributed", num_nodes=2, gpus_per_node=8)
+    name = client.train(train_fn, runtime="pytorch", num_nodes=2, gpus_per_node=8)
     for line in client.logs(name, follow=True):               # rank 0, across gang restarts
         print(line)
     client.wait(name)                                         # Succeeded, or JobFailedError

@@ -77,7 +77,7 @@ def runtime_ref(runtime: str) -> dict[str, str]:
             "runtime", f"{runtime!r}: the kind must be one of {', '.join(RUNTIME_KINDS)}"
         )
     if not name:
-        raise InvalidJobError("runtime", "must name a runtime, e.g. 'torch-distributed'")
+        raise InvalidJobError("runtime", "must name a runtime, e.g. 'pytorch' (the chart's)")
     return {"kind": kind, "name": name}
 
 
