@@ -147,3 +147,16 @@ def test_logs_follow_a_node_until_it_ends(tmp_path: Path) -> None:
     lines = list(job.logs(rank=0, follow=True))
     job.wait(30)
     assert sorted(lines) == sorted(f"rank {r} step {s}" for r in (0, 1) for s in range(20))
+
+
+def test_packages_are_not_installed_here_and_it_says_which(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = LocalBackend(tmp_path, launcher="processes").train(
+        prints_steps, runtime=None, num_nodes=1, gpus_per_node=0, args={"steps": 1},
+        packages=["yaml-not-a-module>=1", "pytest"],
+    )  # fmt: skip
+    job.wait(30)
+    err = capsys.readouterr().err
+    assert "packages not installed here" in err and "yaml-not-a-module>=1" in err
+    assert "pytest" not in err.split(":")[-1]

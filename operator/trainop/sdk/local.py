@@ -57,6 +57,15 @@ LOCAL_NAMESPACE = "local"
 LAUNCHERS = ("auto", "torchrun", "processes")
 
 
+def _module_of(requirement: str) -> str:
+    """The import name a requirement most likely gives: `datasets>=3` -> datasets,
+    `scikit-learn` -> scikit_learn (a guess, for a warning only)."""
+    import re
+
+    name = re.split(r"[\s<>=!~;\[@]", requirement.strip(), maxsplit=1)[0]
+    return name.replace("-", "_").lower() or requirement
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((LOCAL_HOST, 0))
@@ -226,6 +235,13 @@ class LocalBackend:
         )
         job = LocalJob(body["metadata"]["name"], body, self.log_root / body["metadata"]["name"])
         job.log_dir.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in packages if importlib.util.find_spec(_module_of(p)) is None]
+        if missing:  # a pod would pip-install them; here the environment is used as it is
+            print(
+                f"trainop-local: packages not installed here (not installed by the local "
+                f"backend): {', '.join(missing)}",
+                file=sys.stderr,
+            )
         port = _free_port()
         torchrun = self._use_torchrun()
         for node, node_env in enumerate(node_envs(body, port)):
