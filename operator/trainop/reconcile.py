@@ -387,6 +387,7 @@ def _check_valid(ctx: _Ctx) -> Actions | None:
         ctx.delete_all()
         return ctx.invalid(exc)
     ctx.st.new["gpus"] = ctx.spec.total_gpus
+    ctx.st.new["framework"] = ctx.spec.framework.name  # a runtime's too: kubectl get tj shows it
     ctx.st.new["replicaStatuses"] = replica_statuses(ctx.live, ctx.spec)
     if ctx.spec.elastic is not None:
         _size_elastic(ctx)

@@ -117,6 +117,11 @@ def test_a_short_job_runs_with_its_runtimes_template_and_keeps_it(
             "name": name,
             "generation": 1,
         }
+        assert status["framework"] == "pytorch"  # the runtime's, for kubectl get's column
+        table = kube.run("get", "tj", "bert", "-n", namespace, "-o", "wide").stdout.splitlines()
+        header, row = table[0].split(), table[1].split()
+        assert row[header.index("FRAMEWORK")] == "pytorch"
+        assert row[header.index("RUNTIME")] == name
         pods = _pods(kube, namespace, "bert")
         assert sorted(p["metadata"]["name"] for p in pods) == ["bert-worker-0", "bert-worker-1"]
         for p in pods:

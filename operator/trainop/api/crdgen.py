@@ -335,8 +335,10 @@ def all_crd_specs() -> list[CrdSpec]:
             embedded=((("replicaSpecs", "*", "template"), pod_template_schema),),
             optional_fields=("framework", "replicaSpecs"),
             spec_defaults=False,
+            # The framework as the operator resolved it (the job's own or its runtime's):
+            # .spec.framework.name is empty for a job that takes it from its runtime.
             printer_columns=(
-                {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
+                {"name": "Framework", "type": "string", "jsonPath": ".status.framework"},
                 {
                     "name": "Runtime",
                     "type": "string",

@@ -553,6 +553,11 @@ class TrainingJobStatus(ApiModel):
         default_factory=dict, description="Pod counts per role."
     )
     gpus: int | None = Field(default=None, description="GPUs the job asks for in total.")
+    framework: str | None = Field(
+        default=None,
+        description="The framework the job runs: its own spec.framework, or its runtime's "
+        "(spec.runtimeRef). The FRAMEWORK column of kubectl get trainingjobs.",
+    )
     image: str | None = Field(default=None, description="The image the pods run.")
     restart_count: int = Field(
         default=0, description="Gang restarts so far (not counting preemptions)."
