@@ -22,6 +22,8 @@ The shape, every key optional:
     kubeflowTrainerStatus: true  # false: progress-wired pods get no KUBEFLOW_TRAINER_SERVER_* (docs/progress.md)
     progress: {url: https://trainop-progress.trainop-system.svc:8082/v1/progress, intervalSeconds: 10, caBundle: ""}
                                  # the report channel pods are wired to (`trainop run --progress-url` wins)
+    migration: {enabled: false, gainMultiple: 2, defaultCostSeconds: 300, maxInFlight: 1, windowSeconds: 3600}
+                                 # move running gangs that checkpoint to a better placement (docs/placement-cost.md)
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
 from reading the one file; every error is a ConfigError naming the bad key.
@@ -41,7 +43,7 @@ from trainop.api.fabricprofile import FabricProfile
 from trainop.catalog import CatalogError, load_catalog
 from trainop.catalog.compat import MODES
 from trainop.dra import DraConfig
-from trainop.planner import EXTERNAL_QUEUES, OperatorConfig
+from trainop.planner import EXTERNAL_QUEUES, MigrationPolicy, OperatorConfig
 from trainop.workload import GANG_SCHEDULING_MODES
 from trainop.yamlio import YamlInputError, load_yaml_documents
 
@@ -63,6 +65,7 @@ _KEYS = (
     "allowUnconfirmedReleases",
     "kubeflowTrainerStatus",
     "progress",
+    "migration",
 )
 
 
@@ -209,6 +212,8 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
         if not isinstance(value, bool):
             raise ConfigError(f"kubeflowTrainerStatus: must be true or false, got {value!r}")
         kwargs["kubeflow_trainer_status"] = value
+    if data.get("migration") is not None:
+        kwargs["migration"] = _migration(data["migration"])
     if (
         kwargs.get("gang_scheduling") == "kubernetes"
         and kwargs.get("external_queue", "none") != "none"
@@ -218,6 +223,38 @@ def operator_config_from_data(data: Mapping[str, Any] | None) -> OperatorConfig:
             "(both would hold the gang: Kueue by its pod group, kube-scheduler by its PodGroup)"
         )
     return OperatorConfig(**kwargs, **_progress(data.get("progress")))
+
+
+_MIGRATION_KEYS = {
+    "gainMultiple": "gain_multiple",
+    "defaultCostSeconds": "default_cost_seconds",
+    "maxInFlight": "max_in_flight",
+    "windowSeconds": "window_seconds",
+}
+
+
+def _migration(value: Any) -> MigrationPolicy:
+    known = ", ".join(["enabled", *_MIGRATION_KEYS])
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"migration: must be a mapping with {known}")
+    unknown = sorted(set(value) - {"enabled", *_MIGRATION_KEYS})
+    if unknown:
+        raise ConfigError(f"migration.{unknown[0]}: unknown key; known keys: {known}")
+    enabled = value.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"migration.enabled: must be true or false, got {enabled!r}")
+    kwargs: dict[str, Any] = {"enabled": enabled}
+    for key, attr in _MIGRATION_KEYS.items():
+        if key in value:
+            number = _number(f"migration.{key}", value[key])
+            if key == "maxInFlight":
+                if number != int(number) or number < 1:
+                    raise ConfigError(
+                        f"migration.maxInFlight: must be a whole number >= 1, got {value[key]!r}"
+                    )
+                number = int(number)
+            kwargs[attr] = number
+    return MigrationPolicy(**kwargs)
 
 
 def _gang_scheduling(value: Any) -> str:

@@ -120,8 +120,19 @@ FAILURES = Counter(
 )
 PREEMPTIONS = Counter(
     "trainop_preemptions_total",
-    "Gangs preempted; label queue (the victim's queue) and reason (Reclaim|Priority).",
+    "Gangs preempted; label queue (the victim's queue) and reason (Reclaim|Priority|"
+    "Migration: moved to a better placement).",
     ["queue", "reason"],
+)
+MIGRATIONS = Counter(
+    "trainop_migrations_total",
+    "Running gangs moved to a better placement by checkpoint and restart (operator config "
+    "migration; queueing.migration); label queue.",
+    ["queue"],
+)
+MIGRATION_GAIN_SECONDS = Counter(
+    "trainop_migration_estimated_gain_seconds_total",
+    "Summed estimated gain of the moves started (seconds of the moved gangs' time).",
 )
 QUEUE_GPUS = Gauge(
     "trainop_queue_gpus",

@@ -65,6 +65,18 @@ from trainop.workload import (
 
 
 @dataclass(frozen=True)
+class MigrationPolicy:
+    """The operator config's `migration:` block: moving running gangs that checkpoint to a
+    better placement (queueing.migration decides; off by default)."""
+
+    enabled: bool = False
+    gain_multiple: float = 2.0  # move when gain >= gain_multiple x cost
+    default_cost_seconds: float = 300.0  # a move's cost before the job has a measured one
+    max_in_flight: int = 1  # moves under way at once (checkpointing or restarting)
+    window_seconds: float = 3600.0  # never the same job twice within this
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     """Operator-wide settings that shape plans (from Helm values / `trainop run` flags)."""
 
@@ -112,6 +124,8 @@ class OperatorConfig:
     # transformers' KubeflowCallback reports to trainop (trainop.trainerstatus); config key
     # kubeflowTrainerStatus (false: not wired).
     kubeflow_trainer_status: bool = True
+    # Moving running gangs to a better placement (config key migration; queueing.migration).
+    migration: MigrationPolicy = field(default_factory=MigrationPolicy)
     # The fabric cost model over fabric_profiles (placement.cost), built once per config.
     cost: FabricCost = field(init=False, repr=False, compare=False)
 

@@ -569,6 +569,7 @@ def _on_running(ctx: _Ctx) -> Actions:
         # No Event: a gang reaching Running is the expected outcome of its GangPlaced Event
         # (one Event per admission, as Kueue posts), and the condition and phase say it.
         ctx.st.enter("Running", "AllPodsRunning", f"{len(ctx.live)} pods running", event=False)
+        _moved(ctx)
         if _degraded(ctx):
             return ctx.finish(requeue=1.0)
         # Nothing to poll: pod and node events bring the job back; only a node that is
@@ -753,6 +754,43 @@ def _degraded(ctx: _Ctx) -> bool:
         warning=True,
     )
     return True
+
+
+def _moved(ctx: _Ctx) -> None:
+    """A gang that was moving (status.migration, queueing.migration) runs again: the move is
+    done; its measured cost (checkpoint request to Running again) prices its next move."""
+    move = ctx.st.new.get("migration")
+    if not isinstance(move, Mapping) or move.get("phase") != "Moving":
+        return
+    asked = parse_time(move.get("requestedAt"))
+    nodes = sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in ctx.live} - {""})
+    readmitted = next(
+        (
+            parse_time(cd.get("lastTransitionTime"))
+            for cd in ctx.st.new.get("conditions") or []
+            if cd.get("type") == "Preempted" and cd.get("status") == "False"
+        ),
+        None,
+    )
+    again = readmitted is not None and asked is not None and readmitted >= asked
+    if not again and set(nodes) == set(move.get("source") or []):
+        return  # the gang that was asked to checkpoint still runs: the move is under way
+    cost = max(0.0, (ctx.now - asked).total_seconds()) if asked is not None else None
+    done = {**move, "phase": "Moved", "movedAt": iso(ctx.now)}
+    if cost is not None:
+        done["measuredCostSeconds"] = round(cost, 1)
+    ctx.st.new["migration"] = done
+    ctx.st.events.append(
+        (
+            "Normal",
+            "Migrated",
+            f"runs again on {', '.join(nodes)} after moving from "
+            f"{', '.join(move.get('source') or [])}: est. gain "
+            f"{float(move.get('estimatedGainSeconds') or 0):.0f} s, measured cost "
+            f"{cost if cost is not None else float('nan'):.0f} s (estimated "
+            f"{float(move.get('estimatedCostSeconds') or 0):.0f} s)",
+        )
+    )
 
 
 # Taints that say a node is about to go (besides a cordon): cluster-autoscaler's scale-down

@@ -94,6 +94,11 @@ class Placement(ApiModel):
         description="true: a gang that turns Degraded (see spec.progress.degradedFactor) is "
         "restarted on other nodes, at most once per job per hour.",
     )
+    migratable: bool = Field(
+        default=True,
+        description="false: never move this running gang to a better placement by checkpoint "
+        "and restart (where the operator's migration is on and the job has spec.checkpoint).",
+    )
 
 
 class Network(ApiModel):
@@ -546,6 +551,29 @@ class ElasticStatus(ApiModel):
     )
 
 
+class MigrationStatus(ApiModel):
+    phase: Literal["Moving", "Moved"] = Field(
+        description="Moving: a checkpoint is asked for and the destination is reserved; "
+        "Moved: the gang runs again."
+    )
+    source: list[str] = Field(default_factory=list, description="The nodes it moved from.")
+    destination: list[str] = Field(default_factory=list, description="The nodes it moves to.")
+    reserved: dict[str, int] = Field(
+        default_factory=dict,
+        description="GPUs per node held for it while it checkpoints and restarts.",
+    )
+    estimated_gain_seconds: float = Field(default=0.0, description="The move's estimated gain.")
+    estimated_cost_seconds: float = Field(default=0.0, description="Its cost as estimated.")
+    requested_at: str = Field(description="When the move was decided (RFC 3339).")
+    moved_at: str | None = Field(default=None, description="When the gang ran again.")
+    measured_cost_seconds: float | None = Field(
+        default=None,
+        description="From the checkpoint request to Running again: the cost of its next move.",
+    )
+    moves: int = Field(default=0, description="Moves of this job so far.")
+    message: str = Field(default="", description="Why it moved: from, to, gain, cost.")
+
+
 class TrainingJobStatus(ApiModel):
     phase: Phase | None = Field(default=None, description="Summary of the conditions.")
     conditions: list[Condition] = Field(default_factory=list, description="Lifecycle conditions.")
@@ -610,4 +638,8 @@ class TrainingJobStatus(ApiModel):
         default=None,
         description="The runtime (spec.runtimeRef) and its generation the job's spec was "
         "merged with.",
+    )
+    migration: MigrationStatus | None = Field(
+        default=None,
+        description="The gang's last move to a better placement (operator config migration).",
     )

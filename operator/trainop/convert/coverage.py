@@ -37,6 +37,7 @@ SPEC_FIELDS: dict[str, str] = {
     "placement.mode": f"{NONE}: as placement.topology",
     "placement.gpuProducts": f"{NONE}: a nodeSelector in the template is kept as it is",
     "placement.replaceDegraded": f"{NONE}: Kubeflow has no progress-based health",
+    "placement.migratable": f"{NONE}: Kubeflow never moves a running job (trainop migration)",
     "network": f"{NONE}: NCCL's fabric is the image's and the env's in Kubeflow",
     "network.fabric": f"{NONE}: as network",
     "gpuSharing": f"{NONE}: MIG or shared GPUs are resource names in Kubeflow templates",

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from trainop import metrics, progress, shellrules
 from trainop.api import constants as c
+from trainop.api.conditions import iso
 from trainop.api.fabricprofile import FabricProfile, FabricProfileSpec
 from trainop.handlers import heap, kueue, podfeed
 from trainop.handlers.progress import ProgressService, serve
@@ -49,7 +50,8 @@ from trainop.kube.lease import Elector
 from trainop.kube.secrets import ssh_secret
 from trainop.planner import job_ref
 from trainop.queueing.cluster import PassResult
-from trainop.queueing.model import JobDecision
+from trainop.queueing.migration import Move
+from trainop.queueing.model import MIGRATION, Action, JobDecision
 from trainop.queueing.status import queue_statuses
 from trainop.reconcile import (
     Actions,
@@ -178,6 +180,7 @@ async def configure(shell: Shell, settings: kopf.OperatorSettings) -> None:
         functools.partial(reconcile_job, shell),
         functools.partial(evict, shell),
         functools.partial(publish, shell),
+        migrate=functools.partial(migrate, shell),
     )
     shell.spawn(shell.loop.run())
     shell.spawn(_resync_forever(shell))
@@ -893,6 +896,54 @@ async def evict(shell: Shell, decision: JobDecision, now: datetime) -> None:
     shell.state.drop_if_gone(key)
 
 
+async def migrate(shell: Shell, move: Move, now: datetime) -> None:
+    """Start a move (queueing.migration): status.migration (phase Moving: the destination
+    is held from now on), a Migrating Event and the count, then the eviction path with
+    reason Migration, so a gang with spec.checkpoint checkpoints first and one whose
+    checkpoint never comes is evicted at the deadline, as a preemption is."""
+    key = move.key
+    lock = _lock(shell, key)
+    if lock is None:
+        return
+    api = shell.api
+    assert api is not None
+    async with lock:
+        job = shell.state.job(key)
+        if job is None or shellrules.preempted_already(job):
+            return
+        status = job.get("status") or {}
+        before = status.get("migration") or {}
+        record = {
+            "phase": "Moving",
+            "source": list(move.source),
+            "destination": list(move.destination),
+            "reserved": dict(move.to.gpus_by_node),
+            "estimatedGainSeconds": round(move.gain, 1),
+            "estimatedCostSeconds": round(move.cost, 1),
+            "requestedAt": iso(now),
+            "moves": int(before.get("moves") or 0) + 1,
+            "message": move.message,
+        }
+        if before.get("measuredCostSeconds") is not None:
+            record["measuredCostSeconds"] = before["measuredCostSeconds"]
+        written = await asyncio.to_thread(
+            api.patch_job_status, *split_key(key), {"migration": record}, {}
+        )
+        if written is None:
+            return
+        shell.state.record_written(key, written)
+        log.info("migrating %s: %s", key, move.message)
+        metrics.MIGRATIONS.labels(str(status.get("queue") or "")).inc()
+        metrics.MIGRATION_GAIN_SECONDS.inc(move.gain)
+        await _event(shell, job, "Normal", "Migrating", move.message)
+        queue = str(status.get("queue") or "")
+        decision = JobDecision(key, queue, Action.PREEMPT, MIGRATION, move.message)
+        victim = shell.state.merged(key)  # its spec.checkpoint may be its runtime's
+        if victim is not None:
+            await _evict(shell, key, victim, decision, now)
+    shell.state.drop_if_gone(key)
+
+
 async def _evict(
     shell: Shell,
     key: JobKey,
@@ -919,7 +970,10 @@ async def _evict(
         if written is not None:
             shell.state.record_written(key, written)
         metrics.PREEMPTIONS.labels(decision.queue, decision.reason).inc()
-        await _event(shell, victim, "Warning", "Preempted", message)
+        if decision.reason == MIGRATION:  # a move, not a loss: Normal, and said as such
+            await _event(shell, victim, "Normal", "Migrated", f"restarting elsewhere: {message}")
+        else:
+            await _event(shell, victim, "Warning", "Preempted", message)
     for pod in live:
         await asyncio.to_thread(api.delete_pod, split_key(key)[0], pod["metadata"]["name"])
 
@@ -947,7 +1001,8 @@ async def _checkpoint_first(
     request = (victim.get("status") or {}).get("checkpointRequest")
     if not request:  # else: asked before a restart or failover of the operator; go on waiting
         latest = service.latest(key) or (victim.get("status") or {}).get("progress")
-        request = progress.checkpoint_request(latest, grace, "Preempted", now)
+        why = "Migration" if decision.reason == MIGRATION else "Preempted"
+        request = progress.checkpoint_request(latest, grace, why, now)
         api = shell.api
         assert api is not None
         written = await asyncio.to_thread(

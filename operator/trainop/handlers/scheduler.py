@@ -5,7 +5,8 @@ handlers) and where its output goes (each job's verdict and assumed gang, in the
 JobMemory); the pure `queueing.cluster.decide` makes the decisions with the planner as
 placer, exactly as `trainop simulate` does; `handlers.operator` gives it two callbacks:
 `reconcile(key)`, run for each job whose verdict changed, and `evict(decision)` for
-preemption victims, plus `publish(result)` for queue status. Job keys are queueing's own
+preemption victims, plus `publish(result)` for queue status and `migrate(move)` for each
+running gang `queueing.migration` moves (operator config `migration`). Job keys are queueing's own
 ("namespace/name"), so decisions map to records without conversion.
 
 A cycle:
@@ -39,6 +40,7 @@ from trainop.handlers.state import JobKey, ShellState, Verdict
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
+from trainop.queueing.migration import Move
 from trainop.queueing.model import Action, JobDecision, QueueState
 from trainop.queueing.tail import TailMemo
 from trainop.reconcile import Admission, backoff_seconds, parse_time
@@ -168,12 +170,14 @@ class AdmissionLoop:
         evict: Callable[[JobDecision, datetime], Awaitable[None]],
         publish: Callable[[PassResult], Awaitable[None]],
         debounce: float = 0.05,
+        migrate: Callable[[Move, datetime], Awaitable[None]] | None = None,
     ) -> None:
         self.state = state
         self.config = config
         self.reconcile = reconcile
         self.evict = evict
         self.publish = publish
+        self.migrate = migrate
         self.debounce = debounce
         self.wake = asyncio.Event()
         self.tasks: set[asyncio.Task[None]] = set()
@@ -243,6 +247,9 @@ class AdmissionLoop:
         for decision in result.decisions.jobs.values():
             if decision.action == Action.PREEMPT:
                 await self.evict(decision, now)
+        if self.migrate is not None:
+            for move in result.moves:  # queueing.migration: checkpoint, then restart there
+                await self.migrate(move, now)
         await self.publish(result)
         self.cycles += 1
         self.last_cycle_seconds = time.monotonic() - started

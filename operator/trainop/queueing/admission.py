@@ -158,6 +158,9 @@ class _Pass:
         self.lines: dict[str, list[QueuedJob]] = defaultdict(list)
         self.waiting: dict[str, int] = defaultdict(int)
         self.version = 0  # bumped whenever usage changes (admission, preemption)
+        # Pending jobs moving to a reserved destination (queueing.migration): what the pass
+        # holds for each until it is considered.
+        self.moving: dict[str, dict[str, int]] = {}
         self._candidates: dict[tuple[str, tuple[str, ...]], tuple[Candidate, ...]] = {}
 
     # --- setup -------------------------------------------------------------------------
@@ -190,6 +193,26 @@ class _Pass:
         if tails is not None:
             tails.keep_running(self.queues, keeps)
         self.ledger.begin_history(self.now)
+
+    def reserve_moves(self) -> None:
+        """Hold every move's destination (QueuedJob.moving_to) for the gang that moves: the
+        GPUs beyond those it still holds there, as far as they are free."""
+        for job in self.jobs:
+            if not job.moving_to:
+                continue
+            own = dict(job.nodes) if job.admitted else {}
+            need: dict[str, int] = {}
+            for node, gpus in job.moving_to:
+                if node not in self.snapshot:
+                    continue
+                free = self.snapshot.node(node).gpus_free
+                take = min(gpus - own.get(node, 0), free)
+                if take > 0:
+                    need[node] = take
+            if need:
+                self.snapshot = self.snapshot.with_reserved(need)
+            if not job.admitted:
+                self.moving[job.key] = need
 
     def line_up(self) -> None:
         for job in self.jobs:
@@ -378,6 +401,21 @@ class _Pass:
         return blocks_for(job.key, q, self.holds) if self.holds else Blocks()
 
     def consider(self, job: QueuedJob, q: QueueState) -> None:
+        held = self.moving.pop(job.key, None)
+        if not held:
+            self.consider_job(job, q)
+            return
+        # Its own destination is free to it (and to it alone); held again if it waits.
+        self.snapshot = self.snapshot.with_released(held)
+        self.consider_job(job, q)
+        decision = self.decisions.get(job.key)
+        if decision is not None and decision.action == Action.WAIT and not decision.victims:
+            again = {n: min(g, self.snapshot.node(n).gpus_free) for n, g in held.items()}
+            again = {n: g for n, g in again.items() if g > 0}
+            if again:
+                self.snapshot = self.snapshot.with_reserved(again)
+
+    def consider_job(self, job: QueuedJob, q: QueueState) -> None:
         is_head = q.name not in self.heads
         cands = self.candidates(job, q)
         blocks = self.blocks(job, q)
@@ -753,7 +791,7 @@ class _Pass:
 
     def result(self) -> Decisions:
         ordered = dict(zip(self.keys, map(self.decisions.__getitem__, self.keys), strict=True))
-        return Decisions(jobs=ordered, usage=self.usage())
+        return Decisions(jobs=ordered, usage=self.usage(), snapshot=self.snapshot)
 
 
 def _moved(kept: list[JobDecision], base: int) -> list[JobDecision]:
@@ -792,6 +830,7 @@ def admit(
     if tails is not None:
         tails.begin()
     p.charge_admitted()
+    p.reserve_moves()
     p.line_up()
     p.run()
     p.grow()

@@ -10,6 +10,7 @@ as placer, and returns the decisions, each queue's usage for its status and ever
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -23,10 +24,14 @@ from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
 from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors
 from trainop.queueing.inadmissible import fleet_shortfall, quota_shortfall
+from trainop.queueing.migration import Move, Mover, plan_moves
 from trainop.queueing.model import (
     INADMISSIBLE,
+    NOFIT,
     POLICY,
     QUEUE_INVALID,
+    TOPOLOGY,
+    Action,
     Decisions,
     QueueConfigError,
     QueuedJob,
@@ -41,6 +46,7 @@ from trainop.queueing.tail import TailMemo
 from trainop.validation import check_priority_class, checked_spec
 
 _OUT_OF_LINE = TERMINAL_PHASES
+log = logging.getLogger("trainop.migration")
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class PassResult:
     # Every body's intake this pass (None: out of line), for the caller to keep and hand
     # back as `known` while the job does not change.
     intakes: Mapping[str, QueuedJob | None] = field(default_factory=dict)
+    # Running gangs to move to a better placement now (queueing.migration; config migration).
+    moves: tuple[Move, ...] = ()
 
 
 def load_queues(
@@ -236,6 +244,8 @@ def intake(
         started=_ts(status.get("startTime")) if held else None,
         checkpointed=_ts(_checkpoint_time(status)) if held else None,
         expected_end=_expected_end(spec, status) if held else None,
+        expected_run=None if held else _expected_run(spec),
+        moving_to=_moving_to(status),
         queued_since=_preempted_at(body),
         blocked_reason=blocked_reason,
         blocked_message=blocked_message,
@@ -355,6 +365,53 @@ def _expected_end(spec: TrainingJobSpec, status: Mapping[str, Any]) -> float | N
     return started + deadline if started is not None and deadline else None
 
 
+def _expected_run(spec: TrainingJobSpec) -> float | None:
+    """How long a pending gang will run once started, as far as the operator knows: its
+    activeDeadlineSeconds (migration's waiting-gang gain; None: unknown, worth nothing)."""
+    deadline = spec.run_policy.active_deadline_seconds
+    return float(deadline) if deadline else None
+
+
+def _moving_to(status: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The destination a move under way holds (status.migration, phase Moving)."""
+    move = status.get("migration")
+    if not isinstance(move, Mapping) or move.get("phase") != "Moving":
+        return ()
+    reserved = move.get("reserved")
+    if not isinstance(reserved, Mapping):
+        return ()
+    return tuple(
+        sorted((str(n), int(g)) for n, g in reserved.items() if isinstance(g, int) and g > 0)
+    )
+
+
+def mover_of(body: Mapping[str, Any], job: QueuedJob, config: OperatorConfig) -> Mover:
+    """A running gang as queueing.migration sees it, from its spec and status."""
+    spec = checked_spec(body, config)
+    status = body.get("status") or {}
+    placement = status.get("placement") or {}
+    allreduce = placement.get("estimatedAllreduceSeconds")
+    reported = status.get("progress") or {}
+    total = spec.progress.total_steps if spec.progress is not None else None
+    step = reported.get("step")
+    steps_left = (
+        max(0, total - step) if total is not None and isinstance(step, int) and reported else None
+    )
+    found = status.get("migration")
+    move: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    cost = move.get("measuredCostSeconds")
+    return Mover(
+        job=job,
+        checkpoints=spec.checkpoint is not None,
+        migratable=spec.placement.migratable,
+        allreduce=float(allreduce) if isinstance(allreduce, int | float) else None,
+        steps_left=steps_left,
+        measured_cost=float(cost) if isinstance(cost, int | float) else None,
+        last_moved=_ts(move.get("requestedAt")),
+        moving=move.get("phase") == "Moving",
+    )
+
+
 def _product_of(held: tuple[tuple[str, int], ...], snapshot: Snapshot) -> str | None:
     for name, _ in held:
         node = snapshot.get(name)
@@ -422,7 +479,45 @@ def decide(
         topology_wait_seconds=config.topology_wait_seconds,
         tails=tails.valid_for(config) if tails is not None else None,
     )
+    moves = _moves(now, decisions, jobs, by_key, usable, placer, config)
     tree = build_tree(usable)
     if tree.children:  # a parent's status shows its whole subtree
-        decisions = Decisions(decisions.jobs, roll_up(decisions.usage, tree))
-    return PassResult(decisions, {j.key: j for j in jobs}, inputs.broken, intakes)
+        decisions = Decisions(decisions.jobs, roll_up(decisions.usage, tree), decisions.snapshot)
+    return PassResult(decisions, {j.key: j for j in jobs}, inputs.broken, intakes, moves)
+
+
+def _moves(
+    now: datetime,
+    decisions: Decisions,
+    jobs: Sequence[QueuedJob],
+    bodies: Mapping[str, Mapping[str, Any]],
+    queues: Sequence[QueueState],
+    placer: PlannerPlacer,
+    config: OperatorConfig,
+) -> tuple[Move, ...]:
+    """The moves to start after the pass (queueing.migration), when migration is on."""
+    if not config.migration.enabled or decisions.snapshot is None:
+        return ()
+    movers, waiting = [], []
+    for job in jobs:
+        d = decisions.get(job.key)
+        if d is None:
+            continue
+        if d.action == Action.KEEP and job.admitted:
+            movers.append(mover_of(bodies[job.key], job, config))
+        elif d.action == Action.WAIT and d.reason in (NOFIT, TOPOLOGY):
+            waiting.append(job)
+    if not movers:
+        return ()
+    plan = plan_moves(
+        now.timestamp(),
+        movers,
+        decisions.snapshot,
+        placer,
+        {q.name: q for q in queues},
+        config.migration,
+        waiting,
+    )
+    for refusal in plan.refusals.values():
+        log.debug("migration: %s stays (%s): %s", refusal.key, refusal.rule, refusal.message)
+    return plan.moves

@@ -45,10 +45,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trainop.inventory import Snapshot
+from trainop.planner import MigrationPolicy
 from trainop.queueing.groups import group_of
 from trainop.queueing.model import Fit, Placer, QueuedJob, QueueState
 from trainop.queueing.ordering import Running
 from trainop.queueing.preemption import protected_for
+
+__all__ = ["MigrationPlan", "MigrationPolicy", "Move", "Mover", "Refusal", "plan_moves"]
 
 # Refusals, each with a named-case row in tests/unit/test_queueing_migration.py.
 OFF = "Off"
@@ -63,17 +66,6 @@ HIGHER_PRIORITY_WAITS = "HigherPriorityWaits"
 NO_BETTER_PLACEMENT = "NoBetterPlacement"
 NOT_WORTH_IT = "NotWorthIt"
 SLOTS_FULL = "SlotsFull"
-
-
-@dataclass(frozen=True)
-class MigrationPolicy:
-    """The operator config's `migration:` block (off by default)."""
-
-    enabled: bool = False
-    gain_multiple: float = 2.0  # move when gain >= gain_multiple x cost
-    default_cost_seconds: float = 300.0  # a move's cost before the job has a measured one
-    max_in_flight: int = 1  # moves under way at once (checkpointing or restarting)
-    window_seconds: float = 3600.0  # never the same job twice within this
 
 
 @dataclass(frozen=True)

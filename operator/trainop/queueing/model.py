@@ -50,6 +50,7 @@ WAIT_REASONS: tuple[WaitReason, ...] = (
 )
 RECLAIM = "Reclaim"
 PRIORITY = "Priority"
+MIGRATION = "Migration"  # a gang moved to a better placement (queueing.migration)
 PREEMPT_REASONS: tuple[str, ...] = (RECLAIM, PRIORITY)
 
 # The product group of a quota whose `products` is empty, when it has no name of its own.
@@ -314,6 +315,9 @@ class QueuedJob:
     # How long a pending job is expected to run once started (None: unknown): what starting
     # it now is worth to migration (queueing.migration's waiting-gang gain).
     expected_run: float | None = None
+    # A move under way (status.migration, phase Moving; queueing.migration): the (node, GPUs)
+    # of its destination, held for it by every pass until it runs there.
+    moving_to: tuple[tuple[str, int], ...] = ()
     # Elastic jobs (spec.elastic; queueing.elastic): (minReplicas, maxReplicas) of the Worker
     # role and the GPUs of one Worker; `size` the Worker count this record stands for (an
     # admitted job: the count it runs; a pending one: the size being tried), `workers` the
@@ -458,6 +462,9 @@ class Decisions:
 
     jobs: Mapping[str, JobDecision]
     usage: Mapping[str, QueueUsage]
+    # The snapshot as the pass left it: everything admitted, preemptors' placements and
+    # holds reserved (queueing.migration looks for free placements on it).
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
     def __getitem__(self, key: str) -> JobDecision:
         return self.jobs[key]
