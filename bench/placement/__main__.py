@@ -14,7 +14,10 @@ NVL72 at 70/90/120% (`--only d-` runs just those). Event counts are scaled to fi
 well under 15 minutes (COUNTS). Writes OUT/placement.json (workload -> policy -> metric),
 OUT/placement.md (summary and targets) and OUT/placement-*.png. Then the elastic runs
 (bench/placement/elastic.py): the synthetic workload with elastic gangs against fixed-size
-ones, written to OUT/placement-elastic.{json,md}; `--elastic-only` runs just those.
+ones, written to OUT/placement-elastic.{json,md}; `--elastic-only` runs just those. Then migration
+(bench/placement/migration.py): the synthetic workload with and without moving running gangs
+to a better placement, written to OUT/placement-migration.{json,md}; `--migration-only` runs
+just those (about a minute).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.placement import elastic, fleets, workloads
+from bench.placement import elastic, fleets, migration, workloads
 from bench.placement.metrics import measure, measure_lower_bound
 from bench.placement.policies import factory, lower_bound, policies
 from bench.placement.report import plots, summary
@@ -120,9 +123,16 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--elastic-only", action="store_true", help="only the elastic runs")
     parser.add_argument(
+        "--migration-only", action="store_true", help="only the migration runs (issue 37)"
+    )
+    parser.add_argument(
         "--only", metavar="PREFIX", help="only the workloads whose label starts with it (d-)"
     )
     args = parser.parse_args(argv)
+    if args.migration_only:
+        migration.write(migration.compare(args.smoke, log), args.out)
+        log(f"wrote {args.out / 'placement-migration.md'}")
+        return 0
     if args.elastic_only:
         elastic.write(elastic.compare(args.smoke, log), args.out)
         log(f"wrote {args.out / 'placement-elastic.md'}")
@@ -161,6 +171,8 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     written = plots(report, args.out)
     elastic.write(elastic.compare(args.smoke, log), args.out)
     written.append("placement-elastic.md")
+    migration.write(migration.compare(args.smoke, log), args.out)
+    written.append("placement-migration.md")
     log(
         f"wrote {args.out / 'placement.json'}, placement.md{', ' + ', '.join(written) if written else ''}"
     )

@@ -39,3 +39,16 @@ def test_smoke_run_writes_results(tmp_path: Path) -> None:
     assert synthetic["trainop"]["multi_node_jobs"] == synthetic["spread"]["multi_node_jobs"] > 0
     summary = (tmp_path / "placement.md").read_text()
     assert "| a-synthetic@90% | trainop |" in summary and "## Targets" in summary
+
+
+def test_migration_runs_write_the_table(tmp_path: Path) -> None:
+    """`--migration-only` (issue 37): with and without migration at 90% and 120% load."""
+    lines: list[str] = []
+    assert main(["--smoke", "--migration-only", "--out", str(tmp_path)], log=lines.append) == 0
+    report = json.loads((tmp_path / "placement-migration.json").read_text())
+    assert set(report["loads"]) == {"90%", "120%"}
+    for row in report["loads"].values():
+        assert row["without"]["moves"] == 0
+        for m in row.values():
+            assert {"allreduce_ratio_time", "moves_per_hour", "realised_gain_s"} <= set(m)
+    assert "| 90% | with |" in (tmp_path / "placement-migration.md").read_text()

@@ -396,3 +396,48 @@ def test_waiting_off_takes_the_spread_placement() -> None:
     run = d.runs[-1]
     assert run.allreduce_seconds is not None and run.ideal_allreduce_seconds is not None
     assert run.allreduce_seconds > 1.5 * run.ideal_allreduce_seconds
+
+
+# --- migration (issue 37): a gang across two racks moves once one rack empties -----------------
+def _spread_gang_scenario(enabled: bool, checkpoint: bool = True) -> SimResult:
+    from trainop.planner import MigrationPolicy
+
+    f1 = tj("team-q/f1", 0, 5000, 56)  # beyond topology-aware waiting: m starts spread
+    f2 = tj("team-q/f2", 0, 100_000, 56)
+    for f in (f1, f2):
+        f["spec"]["placement"]["mode"] = "Required"
+    ns, name = "team-q", "m"
+    b = job(name, namespace=ns).workers(2, 8, None).placement("rack", "Preferred", [H100])
+    if checkpoint:
+        b.checkpoint()
+    gang = b.build()
+    gang["metadata"]["annotations"] = {
+        c.ANNOTATION_SIM_SUBMIT: "1",
+        c.ANNOTATION_SIM_DURATION: "20000",
+    }
+    config = OperatorConfig(migration=MigrationPolicy(enabled=enabled))
+    return simulate(h100_nodes(16), [tq("q", 128)], [f1, f2, gang], config=config, comm_share=0.3)
+
+
+@pytest.mark.parametrize(
+    ("enabled", "checkpoint", "moves"),
+    [
+        pytest.param(False, True, 0, id="off-stays-spread"),
+        pytest.param(True, False, 0, id="no-checkpoint-stays"),
+        pytest.param(True, True, 1, id="moves-into-the-emptied-rack"),
+    ],
+)
+def test_simulated_migration(enabled: bool, checkpoint: bool, moves: int) -> None:
+    got = _spread_gang_scenario(enabled, checkpoint)
+    m = got.job("team-q/m")
+    assert sum(1 for r in m.runs if r.preempt_reason == "Migration") == moves
+    racks = {n.split("-")[1] for n in m.nodes}  # h100-a-01 -> a
+    assert len(racks) == (1 if moves else 2)
+    if moves:
+        first, second = m.runs
+        assert first.ended == 5000 and second.started == 5000 + 300  # the move's cost
+        assert second.allreduce_seconds < first.allreduce_seconds
+        stays = _spread_gang_scenario(False)
+        assert m.finished is not None and stays.job("team-q/m").finished is not None
+        assert m.finished < stays.job("team-q/m").finished  # the gain paid for the cost
+        assert any(e.kind == "migrate" for e in got.events)

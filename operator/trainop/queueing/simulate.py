@@ -26,6 +26,17 @@ job's duration is its duration at its ideal placement: a placement whose estimat
 is r times the ideal (Fit.allreduce / Fit.ideal) runs (1 - c + c * r) times as long. `placer`
 replaces the planner-backed placer (the benchmark's baselines plug in here). Queue trees
 (spec.parent) work as in the operator; the usage of a parent is its subtree's.
+
+Migration (OperatorConfig.migration enabled; queueing.migration): once the passes at an
+instant settle, `plan_moves` looks at every running fixed-size gang with spec.checkpoint, on
+the snapshot the last pass left. A gang's steps left are its ideal work left x comm_share /
+its ideal allreduce (a step spends comm_share of its ideal time in one allreduce), so the
+gain is the time the cost model says the move saves. A move takes its destination at once
+and frees its source at once; the gang makes no progress for `move_seconds` (its checkpoint
+and restart: the move's cost, also what the rule is told it measured), then runs on at the
+new placement's speed. Its run ends with preempt_reason Migration and a new run begins.
+Passes then run again (the freed source may admit someone) and moves again, until both
+settle.
 """
 
 from __future__ import annotations
@@ -44,8 +55,12 @@ from trainop.planner import InvalidJob, OperatorConfig
 from trainop.queueing.admission import admit
 from trainop.queueing.cluster import Inputs, intake
 from trainop.queueing.hierarchy import build_tree, roll_up, tree_errors
+from trainop.queueing.migration import Move, Mover, plan_moves
 from trainop.queueing.model import (
+    MIGRATION,
+    NOFIT,
     POLICY,
+    TOPOLOGY,
     Action,
     Decisions,
     Fit,
@@ -98,7 +113,7 @@ class Run:
 @dataclass(frozen=True)
 class SimEvent:
     time: float
-    kind: str  # submit | admit | start | preempt | finish
+    kind: str  # submit | admit | start | preempt | migrate | finish
     job: str
     detail: str = ""
 
@@ -189,6 +204,13 @@ class _Job:
     work_left: float = 0.0
     rate_since: float = 0.0
     sizes: list[tuple[float, int]] = field(default_factory=list)
+    # Migration (fixed-size gangs): whether it checkpoints, its ideal work left (seconds at
+    # its ideal placement) as of rate_since, its current slow-down, its moves.
+    checkpoints: bool = False
+    ideal_left: float = 0.0
+    slowdown: float = 1.0
+    moved_at: float | None = None
+    moves: int = 0
 
     def note(self, time: float, reason: str, message: str) -> None:
         # A new note when the reason or the kind of sentence changes (numbers aside), so a
@@ -268,7 +290,9 @@ class _Sim:
         startup_seconds: float,
         placer: PlacerFactory | None = None,
         comm_share: float = 0.0,
+        move_seconds: float = 300.0,
     ) -> None:
+        self.move_seconds = move_seconds
         self.queues = list(queues)
         self.tree = build_tree(self.queues)  # queue trees: parents report their subtree
         self.config = config
@@ -314,6 +338,7 @@ class _Sim:
             return
         job.gpus = spec.total_gpus
         job.products = tuple(spec.placement.gpu_products)
+        job.checkpoints = spec.checkpoint is not None and spec.placement.migratable
         if spec.elastic is not None:
             job.elastic = (spec.elastic.min_replicas, spec.elastic.max_replicas)
             job.replica_gpus = spec.replica_specs["Worker"].gpus
@@ -364,9 +389,79 @@ class _Sim:
             if last is None:
                 return
             if not any(d.action in _CHANGES or d.victims for d in last):
+                if self.migrate(now, last):
+                    continue  # sources freed: admission may place someone there
                 self.usage.append((now, roll_up(last.usage, self.tree)))
                 return
         raise RuntimeError(f"admission did not settle at t={now:g}s")
+
+    def migrate(self, now: float, last: Decisions) -> bool:
+        """Start the moves queueing.migration picks now (see the module doc)."""
+        policy = self.config.migration
+        if not policy.enabled or last.snapshot is None:
+            return False
+        movers: list[Mover] = []
+        for job in self.jobs.values():
+            if job.state != "Running" or job.elastic is not None or not job.runs:
+                continue
+            run = job.runs[-1]
+            steps = None
+            if run.ideal_allreduce_seconds and self.comm_share:
+                left = self.ideal_left(job, now)
+                steps = int(left * self.comm_share / run.ideal_allreduce_seconds)
+            movers.append(
+                Mover(
+                    job=job.queued(),
+                    checkpoints=job.checkpoints,
+                    allreduce=run.allreduce_seconds,
+                    steps_left=steps,
+                    measured_cost=self.move_seconds if job.moves else None,
+                    last_moved=job.moved_at,
+                )
+            )
+        waiting = [
+            self.jobs[d.key].queued()
+            for d in last
+            if d.action == Action.WAIT and d.reason in (NOFIT, TOPOLOGY)
+        ]
+        plan = plan_moves(
+            now,
+            movers,
+            last.snapshot,
+            self.placer,
+            {q.name: q for q in self.queues},
+            policy,
+            waiting,
+        )
+        for move in plan.moves:
+            self.move(self.jobs[move.key], now, move)
+        return bool(plan.moves)
+
+    def ideal_left(self, job: _Job, now: float) -> float:
+        """Seconds of ideal-placement work the gang still has to do at `now`."""
+        done = max(0.0, now - job.rate_since) / max(job.slowdown, 1e-9)
+        return max(0.0, job.ideal_left - done)
+
+    def move(self, job: _Job, now: float, move: Move) -> None:
+        left = self.ideal_left(job, now)
+        run = job.runs[-1]
+        job.runs[-1] = replace(run, ended=now, preempt_reason=MIGRATION)
+        self.release(job)
+        fit = move.to
+        self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
+        job.holding, job.nodes, job.product = fit.gpus_by_node, fit.nodes, fit.product
+        job.ideal_left, job.rate_since = left, now + self.move_seconds
+        job.slowdown = self.stretch(fit)
+        job.end_at = job.rate_since + left * job.slowdown
+        job.moved_at, job.moves = now, job.moves + 1
+        real = fit.allreduce.seconds if fit.allreduce else None
+        ideal = run.ideal_allreduce_seconds
+        job.runs.append(
+            Run(now, job.rate_since, None, fit.nodes, None, None, fit.gpus_by_node, real, ideal)
+        )
+        self.events.append(
+            SimEvent(now, "migrate", job.key, f"{','.join(fit.nodes)}: {move.message}")
+        )
 
     def admission_pass(self, now: float) -> Decisions | None:
         live = [j for j in self.jobs.values() if j.state in ("Pending", "Running")]
@@ -420,6 +515,7 @@ class _Sim:
         job.nodes = fit.nodes
         job.start_at = now + self.startup
         job.end_at = job.start_at + job.duration * self.stretch(fit)
+        job.ideal_left, job.rate_since, job.slowdown = job.duration, job.start_at, self.stretch(fit)
         if job.elastic is not None and size:
             job.size, job.workers = size, _workers_of(fit, job.replica_gpus)
             job.work_left = job.duration * self.stretch(fit) * job.elastic[1]
@@ -552,12 +648,14 @@ def simulate(
     startup_seconds: float = 0.0,
     placer: PlacerFactory | None = None,
     comm_share: float = 0.0,
+    move_seconds: float = 300.0,
 ) -> SimResult:
     """Run the simulation. nodes: Node dicts; queues: TrainingQueue dicts (or QueueStates);
     jobs: TrainingJob dicts with the sim annotations; namespaces: name -> labels (for
     namespaceSelector); priority_classes: PriorityClass name -> value; placer: builds the
     placer from (job key -> body, config), default PlannerPlacer; comm_share: see the module
-    doc. SimInputError names a bad input."""
+    doc; move_seconds: a migration's checkpoint and restart (config.migration on). SimInputError
+    names a bad input."""
     if not 0.0 <= comm_share <= 1.0:
         raise SimInputError(f"comm_share: must be between 0 and 1, got {comm_share!r}")
     states = []
@@ -587,6 +685,7 @@ def simulate(
             startup_seconds,
             placer,
             comm_share,
+            move_seconds,
         )
     except ValueError as exc:  # e.g. duplicate node names in the inventory
         if isinstance(exc, SimInputError):
