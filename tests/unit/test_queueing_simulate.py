@@ -441,3 +441,17 @@ def test_simulated_migration(enabled: bool, checkpoint: bool, moves: int) -> Non
         assert m.finished is not None and stays.job("team-q/m").finished is not None
         assert m.finished < stays.job("team-q/m").finished  # the gain paid for the cost
         assert any(e.kind == "migrate" for e in got.events)
+
+
+def test_json_gives_each_jobs_placements_over_time() -> None:
+    from trainop.cli.simulate import result_json
+
+    out = result_json(_spread_gang_scenario(True))
+    moved = next(j for j in out["jobs"] if j["key"] == "team-q/m")
+    first, second = moved["placements"]
+    assert (first["end"], first["endedBy"], len(first["nodes"])) == (5000, "Migration", 2)
+    assert second["start"] == 5300 and "endedBy" not in second
+    assert {n.split("-")[1] for n in second["nodes"]} == {"a"}  # one rack after the move
+    assert second["nodes"] == list(moved["nodes"])  # `nodes`, as before: the last run's
+    filler = next(j for j in out["jobs"] if j["key"] == "team-q/f1")
+    assert [p["end"] for p in filler["placements"]] == [5000]

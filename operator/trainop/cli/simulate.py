@@ -3,7 +3,8 @@
 The engine is `trainop.queueing.simulate` (pure; tests and the benchmark call it too); this
 module reads the files, runs it and prints per job: submitted, admitted (first time),
 started (last run), finished, the nodes of its last run, preemptions and the reasons it
-waited, as a table or JSON. QUEUES.yaml holds TrainingQueues and may add Namespaces (labels
+waited, as a table or JSON; the JSON also gives each job's `placements` over time
+(`[{start, end, nodes}]`, one per run: a preempted or migrated job has several). QUEUES.yaml holds TrainingQueues and may add Namespaces (labels
 for namespaceSelector) and PriorityClasses; JOBS.yaml holds TrainingJobs with the
 trainop.dev/sim-submit-seconds / sim-duration-seconds annotations and may hold
 PriorityClasses too.
@@ -139,12 +140,28 @@ def _notes(jobs: Iterable[JobResult]) -> list[str]:
     return [e[2] for e in entries]
 
 
+def placements(job: JobResult) -> list[dict[str, Any]]:
+    """The job's placements over time (issue 37): one per run, from its start to its end
+    (None: still running at the end), its nodes, and why it ended early (Reclaim, Priority,
+    Migration) when it did; a migrated job has one per placement it ran on."""
+    return [
+        {
+            "start": r.started,
+            "end": r.ended,
+            "nodes": list(r.nodes),
+            **({"endedBy": r.preempt_reason} if r.preempt_reason else {}),
+        }
+        for r in job.runs
+    ]
+
+
 def result_json(result: SimResult) -> dict[str, Any]:
     jobs = []
     for j in result.jobs:
         item = asdict(j)
         item["firstAdmitted"] = j.first_admitted
         item["waitReasons"] = list(j.wait_reasons)
+        item["placements"] = placements(j)
         jobs.append(item)
     peaks = {
         q: {g: {"used": u, "borrowed": b} for g, (u, b) in groups.items()}
