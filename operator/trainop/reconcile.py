@@ -1181,7 +1181,7 @@ def runtime_wait_status(
     )
     st.cond(RUNTIME_CONDITION, False, reason, message)
     if not live:
-        st.wait(WaitReason.RUNTIME, message)
+        st.wait(WaitReason.RUNTIME.value, message)  # a plain str, as status holds it
     st.events.clear()
     if news:
         st.events.append(("Warning", reason, message))

@@ -997,3 +997,65 @@ def test_a_live_gang_keeps_its_merge_until_the_job_itself_is_edited() -> None:
     state.upsert_job(_runtime_job("bert"))
     state.remove_pod("team-a", "bert-worker-0")  # the gang ended: the next one waits
     assert isinstance(state.resolution(key), RuntimeProblem)
+
+
+class CreatingApi(StatusApi):
+    """StatusApi that also creates (answering with the object) and releases pods."""
+
+    def __init__(self, state: ShellState) -> None:
+        super().__init__(state)
+        self.created: list[dict[str, Any]] = []
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
+        self.created.append(obj)
+        return obj
+
+    def ungate_pod(self, ns: str, name: str, keep: Any) -> None:
+        self.calls.append(("release", name))
+
+
+def test_the_shell_waits_for_a_missing_runtime_then_plans_from_it() -> None:
+    """The reconcile of a job naming a missing runtime: Queued (Runtime), the condition and
+    one Event, nothing assumed; the runtime created: admitted by the next cycle, its pods
+    carry the runtime's env, status.runtime records it and the gang keeps that merge."""
+    from trainop.handlers import operator as handlers
+
+    state = fleet_state()
+    state.upsert_job(_runtime_job("bert"))
+    api = CreatingApi(state)
+    shell = _shell(state, api=api)
+    key = "team-a/bert"
+    asyncio.run(handlers.reconcile_job(shell, key))
+    asyncio.run(handlers.reconcile_job(shell, key))  # the same problem again: no write, no Event
+    assert api.calls == [("status", "Queued"), ("event", "RuntimeNotFound")]
+    status = (state.job(key) or {})["status"]
+    assert (status["phase"], status["pendingReason"]) == ("Queued", "Runtime")
+    assert "ClusterTrainingRuntime pytorch not found" in status["pendingMessage"]
+    assert assumed(state) == {} and verdicts(state) == {}
+
+    assert state.upsert_runtime(_pt_runtime("one")) == [key]
+    rec = Recorder()
+    loop = AdmissionLoop(state, lambda: CONFIG, rec.reconcile, rec.evict, rec.publish)
+    asyncio.run(loop.cycle())
+    assert rec.reconciled == [key] and verdicts(state)[key].admission.admitted
+    api.calls.clear()
+    asyncio.run(handlers.reconcile_job(shell, key))
+    pods = [o for o in api.created if o["kind"] == "Pod"]
+    assert len(pods) == 2
+    for p in pods:
+        env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+        assert env["DATASET"] == "one"
+        assert {"name": "data", "emptyDir": {}} in p["spec"]["volumes"]
+    status = (state.job(key) or {})["status"]
+    assert status["runtime"] == {
+        "kind": "ClusterTrainingRuntime",
+        "name": "pytorch",
+        "generation": 1,
+    }
+    assert status["framework"] == "pytorch"
+    resolved = next(cd for cd in status["conditions"] if cd["type"] == "RuntimeResolved")
+    assert (resolved["status"], resolved["reason"]) == ("True", "Resolved")
+    planned = state.jobs[key].planned
+    assert planned is not None and planned.runtime is not None
+    assert planned.runtime.generation == 1
