@@ -143,6 +143,9 @@ class _Fleet:
     verdicts: dict[tuple[GpuFacts, str], Compat] = field(default_factory=dict)
     resource: dict[str, str] = field(default_factory=dict)
     plain: bool = False  # built by _plain_fleet: its filters may be shared across jobs
+    # The CPU architectures of `classes`, when known up front (_plain_fleet's, worked out
+    # once per snapshot): one architecture means no gang needs splitting (`by_arch`).
+    archs: frozenset[str] | None = None
 
     def verdict(self, key: GpuFacts, image: ImageChoice) -> Compat:
         vk = (key, image.image)
@@ -199,7 +202,9 @@ def _plain_fleet(
     so that part is worked out once per snapshot (and kept by its what-if copies) instead of
     once per job: at 1,000s of nodes and jobs per admission cycle this is most of the work."""
 
-    def build() -> tuple[dict[str, str | None], dict[GpuFacts, list[NodeInfo]], dict[str, str]]:
+    def build() -> tuple[
+        dict[str, str | None], dict[GpuFacts, list[NodeInfo]], dict[str, str], frozenset[str]
+    ]:
         static: dict[str, str | None] = {}
         classes: dict[GpuFacts, list[NodeInfo]] = {}
         for node in snapshot.nodes:
@@ -212,10 +217,13 @@ def _plain_fleet(
             static[node.name] = why
             if why is None and node.gpus_allocatable > 0:
                 classes.setdefault(class_key(node.gpu), []).append(node)
-        return static, classes, dict.fromkeys(static, c.RESOURCE_GPU)
+        archs = frozenset(k.cpu_arch for k in classes)
+        return static, classes, dict.fromkeys(static, c.RESOURCE_GPU), archs
 
-    static, classes, resource = snapshot.memo(("static", "plain-fleet", products), build)
-    return _Fleet(catalog, options.modes, static, classes, resource=resource, plain=True)
+    static, classes, resource, archs = snapshot.memo(("static", "plain-fleet", products), build)
+    return _Fleet(
+        catalog, options.modes, static, classes, resource=resource, plain=True, archs=archs
+    )
 
 
 # ------------------------------------------------------------------ the search
@@ -276,6 +284,8 @@ def by_arch(fleet: _Fleet, eligible: frozenset[GpuFacts]) -> list[tuple[str | No
     name): a gang never mixes amd64 and arm64 nodes (its pods run one image, which
     need not be the same program on both, and collectives across them are untested).
     One architecture: [(None, eligible)], no split."""
+    if fleet.archs is not None and len(fleet.archs) <= 1:
+        return [(None, eligible)]  # the fleet has one architecture: so have its subsets
     groups: dict[str, set[GpuFacts]] = {}
     for key in eligible:
         groups.setdefault(key.cpu_arch, set()).add(key)

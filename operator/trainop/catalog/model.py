@@ -141,9 +141,10 @@ class Release:
                 return replace(self, cuda=cuda, min_driver=driver, fc_branches=fc, by_framework=())
         return self
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[int, int]:
-        """(24, 5) for '24.05': releases sort by this."""
+        """(24, 5) for '24.05': releases sort by this (worked out once per release: image
+        choice asks it for every candidate of every job in a cycle)."""
         yy, mm = self.name.split(".")
         return int(yy), int(mm)
 
@@ -212,6 +213,13 @@ class ImageArchs:
         return "/".join(sorted(self.known))
 
 
+# The three answers of ImageSpec.archs_for, made once (it is asked for every candidate
+# release of every job in an admission cycle).
+_MULTI_ARCH = ImageArchs(frozenset({ARCH_AMD64, ARCH_ARM64}))
+_AMD64_ONLY = ImageArchs(frozenset({ARCH_AMD64}))
+_AMD64_ARM64_UNCONFIRMED = ImageArchs(frozenset({ARCH_AMD64}), frozenset({ARCH_ARM64}))
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     """How one spec.framework.name maps to an NGC image repository and tag."""
@@ -237,11 +245,8 @@ class ImageSpec:
                 until is None or release.key <= until
             )
         if in_window and ARCH_ARM64 not in self.unconfirmed:
-            return ImageArchs(frozenset({ARCH_AMD64, ARCH_ARM64}))
-        return ImageArchs(
-            frozenset({ARCH_AMD64}),
-            frozenset({ARCH_ARM64}) if in_window else frozenset(),
-        )
+            return _MULTI_ARCH
+        return _AMD64_ARM64_UNCONFIRMED if in_window else _AMD64_ONLY
 
     def image_for(self, release: Release) -> str:
         return f"{self.repository}:{self.tag.format(release=release.name)}"
