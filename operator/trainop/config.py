@@ -16,7 +16,9 @@ The shape, every key optional:
     topologyWaitSeconds: 1800    # default bound of topology-aware waiting (docs/placement-cost.md)
     externalQueue: none          # none | kueue (see docs/queues.md)
     gangScheduling: trainop      # trainop | kubernetes (Workload/PodGroup, Kubernetes 1.37; docs/gang-kubernetes.md)
-    dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com}
+    dra: {enabled: false, gpuDeviceClass: gpu.nvidia.com, nicDeviceClass: rdma.nvidia.com,
+          computeDomains: false}   # computeDomains: NVIDIA's DRA driver for GPUs is installed:
+                                   # a ComputeDomain per gang inside one NVLink clique (docs/mnnvl.md)
     compatibilityModes: [Native, ForwardCompat, MinorVersionCompat]   # allowed, any order
     allowUnconfirmedReleases: true   # false: never choose a release with unconfirmed facts
     kubeflowTrainerStatus: true  # false: progress-wired pods get no KUBEFLOW_TRAINER_SERVER_* (docs/progress.md)
@@ -277,16 +279,18 @@ def _modes(value: Any) -> frozenset[str]:
     return frozenset(value)
 
 
+_DRA_KEYS = "enabled, gpuDeviceClass, nicDeviceClass, computeDomains"
+
+
 def _dra(value: Any) -> DraConfig:
     if not isinstance(value, Mapping):
-        raise ConfigError("dra: must be a mapping with enabled, gpuDeviceClass, nicDeviceClass")
-    unknown = sorted(set(value) - {"enabled", "gpuDeviceClass", "nicDeviceClass"})
+        raise ConfigError(f"dra: must be a mapping with {_DRA_KEYS}")
+    unknown = sorted(set(value) - {"enabled", "gpuDeviceClass", "nicDeviceClass", "computeDomains"})
     if unknown:
-        raise ConfigError(
-            f"dra.{unknown[0]}: unknown key; known keys: enabled, gpuDeviceClass, nicDeviceClass"
-        )
-    if not isinstance(value.get("enabled", False), bool):
-        raise ConfigError(f"dra.enabled: must be true or false, got {value['enabled']!r}")
+        raise ConfigError(f"dra.{unknown[0]}: unknown key; known keys: {_DRA_KEYS}")
+    for key in ("enabled", "computeDomains"):
+        if not isinstance(value.get(key, False), bool):
+            raise ConfigError(f"dra.{key}: must be true or false, got {value[key]!r}")
     for key in ("gpuDeviceClass", "nicDeviceClass"):
         if key in value and not (isinstance(value[key], str) and value[key]):
             raise ConfigError(f"dra.{key}: must be a DeviceClass name")
@@ -295,6 +299,7 @@ def _dra(value: Any) -> DraConfig:
         enabled=value.get("enabled", False),
         gpu_device_class=value.get("gpuDeviceClass", defaults.gpu_device_class),
         nic_device_class=value.get("nicDeviceClass", defaults.nic_device_class),
+        compute_domains=value.get("computeDomains", False),
     )
 
 

@@ -33,7 +33,15 @@ from trainop.catalog import (
 from trainop.catalog.compat import ALL_MODES
 from trainop.catalog.gfd import LABEL_ARCH
 from trainop.catalog.images import Candidates, candidate_releases
-from trainop.dra import DraConfig, claim_template, use_claim
+from trainop.dra import (
+    IMEX_COMPUTE_DOMAIN,
+    IMEX_NOT_SET_UP,
+    DraConfig,
+    claim_template,
+    compute_domain,
+    use_channel,
+    use_claim,
+)
 from trainop.eligibility import (
     ChoiceOptions,
     GangChoice,
@@ -53,6 +61,7 @@ from trainop.manifests import (
 )
 from trainop.nccl import FabricMismatch, NcclSettings, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
+from trainop.placement.engine import CLIQUE as CLIQUE_LEVEL
 from trainop.placement.engine import level_names
 from trainop.workload import (
     KUBERNETES,
@@ -186,6 +195,10 @@ class Plan:
     config_map: dict[str, Any] | None
     secret_name: str | None  # MPI: the SSH Secret the pods mount (made by the kube layer)
     claim_templates: tuple[dict[str, Any], ...] = ()  # DRA mode only
+    # Multi-node NVLink (trainop.dra): the gang's ComputeDomain (dra.computeDomains, a gang
+    # across trays of one clique) and status.placement.imex (ComputeDomain | NotSetUp).
+    compute_domain: dict[str, Any] | None = None
+    imex: str | None = None
     gang: tuple[dict[str, Any], ...] = ()  # gangScheduling kubernetes: Workload, PodGroup
     compatibility: str | None = None  # status.compatibility: Native | ForwardCompat | ...
     image_tried: tuple[str, ...] = ()  # status.imageTried: releases tried, in order
@@ -210,6 +223,8 @@ class Plan:
         if self.config_map:
             out.append(self.config_map)
         out.extend(self.claim_templates)
+        if self.compute_domain:
+            out.append(self.compute_domain)
         out.extend(self.gang)
         out.extend(self.pods)
         return out
@@ -224,6 +239,7 @@ class Plan:
             "span": dict(p.span),
             "score": round(p.score, 4),
             **_allreduce_status(p),
+            **({"imex": self.imex} if self.imex else {}),
         }
 
 
@@ -774,6 +790,8 @@ def build_plan(
         if config.dra.enabled
         else []
     )
+    imex = mnnvl_imex(placement, config.dra)
+    domain = compute_domain(ref, len(placement.nodes)) if imex == IMEX_COMPUTE_DOMAIN else None
 
     # A gang of one pod is whole the moment it exists: no gate to release (one write less).
     gate = gated and len(pod_plans) > 1
@@ -791,11 +809,17 @@ def build_plan(
             )
             for plan in pod_plans
         ]
-        return _for_dra(pods, ref, config, gpu_roles)
+        wired = _for_dra(pods, ref, config, gpu_roles)
+        if domain is None:
+            return wired
+        roles = {role.lower() for role, _ in gpu_roles}
+        return tuple(use_channel(p, ref.name) if _role_label(p) in roles else p for p in wired)
 
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
         claim_templates=tuple(claim_templates),
+        compute_domain=domain,
+        imex=imex,
         image=choice,
         placement=placement,
         job=ref.name,
@@ -1026,6 +1050,16 @@ def _for_dra(
             for p in pods
         ]
     return tuple(pods)
+
+
+def mnnvl_imex(placement: Placement, dra: DraConfig) -> str | None:
+    """status.placement.imex for a gang: None unless its GPU pods span the trays of one NVLink
+    clique (placement level clique: the smallest domain holding them is a clique, so they are
+    on several nodes); then ComputeDomain with dra.computeDomains, else NotSetUp (the gang
+    still packs into the clique, NCCL crosses trays over the network)."""
+    if placement.level != CLIQUE_LEVEL:
+        return None
+    return IMEX_COMPUTE_DOMAIN if dra.compute_domains else IMEX_NOT_SET_UP
 
 
 def _role_label(pod: Mapping[str, Any]) -> str:

@@ -513,6 +513,13 @@ class PlacementStatus(ApiModel):
         description="The widest link that allreduce crosses: node | clique | rack | block | "
         "cluster.",
     )
+    imex: str | None = Field(
+        default=None,
+        description="Multi-node NVLink, for a gang across the trays of one NVLink clique: "
+        "ComputeDomain (the gang's ComputeDomain <job>-imex gives each GPU pod an IMEX channel) "
+        "or NotSetUp (operator config dra.computeDomains is off: NCCL crosses trays over the "
+        "network). Unset for other placements (docs/mnnvl.md).",
+    )
 
 
 class FailureStatus(ApiModel):
