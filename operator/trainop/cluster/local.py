@@ -23,6 +23,22 @@ class ClusterError(RuntimeError):
     """The local cluster could not be brought to the asked state; the message says why."""
 
 
+# The node lifecycle controller puts this taint (NoSchedule) on every new node and takes it
+# off once the node is Ready: until then the node is Ready but nothing schedules there.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def node_schedulable(node: dict[str, Any]) -> bool:
+    """A Node object that is Ready and no longer carries the not-ready taint."""
+    status = node.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(t.get("key") == NOT_READY_TAINT for t in taints)
+
+
 def state_root() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "trainop"
@@ -199,8 +215,14 @@ class LocalCluster:
                 *gate_flags(self.kubernetes),
             )
             self._version_file.write_text(self.kubernetes + "\n")
+        applying = time.monotonic()
         self.apply_fleet(the_fleet)
+        applied = time.monotonic()
         self.wait_ready(the_fleet, wait_seconds)
+        _say(
+            f"fleet applied in {applied - applying:.1f} s; every node Ready and without "
+            f"{NOT_READY_TAINT} {time.monotonic() - applied:.1f} s later"
+        )
         if real_nodes:
             self.start_real_nodes(real_nodes, the_fleet, wait_seconds)
         took = time.monotonic() - started
@@ -341,26 +363,25 @@ class LocalCluster:
         return out
 
     def wait_ready(self, the_fleet: fleet.Fleet, timeout: float) -> None:
+        """Until every fleet node is Ready and schedulable: the node lifecycle controller
+        has taken its node.kubernetes.io/not-ready taint off (a Ready node keeps it until
+        then, and pods wait on it), and the default ServiceAccount exists."""
         wanted = {n["metadata"]["name"] for n in fleet.node_manifests(the_fleet)}
+        # A cluster made before its controller manager's client rate was raised (the
+        # stages file's KwokctlConfiguration) untaints about 4 nodes a second.
+        timeout = max(timeout, 0.25 * len(wanted))
         deadline = time.monotonic() + timeout
         not_ready: set[str] = set(wanted)
         while time.monotonic() < deadline:
             items = self.get_json("nodes")["items"]
-            ready = {
-                n["metadata"]["name"]
-                for n in items
-                if any(
-                    c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in n.get("status", {}).get("conditions", [])
-                )
-            }
-            not_ready = wanted - ready
+            not_ready = wanted - {n["metadata"]["name"] for n in items if node_schedulable(n)}
             sa = self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False)
             if not not_ready and sa.returncode == 0:
                 return
-            time.sleep(0.5)
+            time.sleep(0.5 if len(wanted) <= 100 else 2.0)  # a big list is megabytes
         raise ClusterError(
-            f"{len(not_ready)} nodes not Ready after {timeout:.0f} s: {', '.join(sorted(not_ready)[:5])}"
+            f"{len(not_ready)} nodes not Ready or still tainted {NOT_READY_TAINT} after "
+            f"{timeout:.0f} s: {', '.join(sorted(not_ready)[:5])}"
         )
 
     def down(self) -> None:
