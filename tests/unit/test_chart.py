@@ -743,6 +743,11 @@ RBAC_SETTINGS = [
     ),
     ("dra", ("operator.config.dra.enabled=true",), {"always", "progress", "tls-managed", "dra"}),
     (
+        "compute-domains",
+        ("operator.config.dra.computeDomains=true",),
+        {"always", "progress", "tls-managed", "compute-domains"},
+    ),
+    (
         "gang-kubernetes",
         ("operator.config.gangScheduling=kubernetes",),
         {"always", "progress", "tls-managed", "gang-kubernetes"},

@@ -1,7 +1,7 @@
 """Multi-node NVLink (issue 36, part 3): a GPU gang across the trays of one NVLink clique gets a
 ComputeDomain owned by the job, IMEX channel claims and NCCL's MNNVL env when the operator
 config says NVIDIA's DRA driver is installed (dra.computeDomains), and status.placement.imex
-NotSetUp without it (trainop.dra, trainop.planner; docs/mnnvl.md)."""
+NotSetUp without it (trainop.dra, trainop.planner; the shell's create in trainop.kube.client; docs/mnnvl.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from trainop.dra import (
     compute_domain_name,
 )
 from trainop.inventory import build_snapshot
+from trainop.kube.client import FaultInjector, KubeApi
 from trainop.planner import Plan, plan_job
 
 ON = DraConfig(compute_domains=True)
@@ -105,3 +106,30 @@ def test_config_switch(dra: dict[str, Any], want: Any) -> None:
             operator_config_from_data({"dra": dra})
         return
     assert operator_config_from_data({"dra": dra}).dra == want
+
+
+class _Custom:
+    """CustomObjectsApi's create, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append((*args[:4], kwargs))
+        return {}
+
+
+def test_the_shell_creates_the_compute_domain_as_a_custom_object() -> None:
+    api = KubeApi.__new__(KubeApi)  # no cluster: only the custom-objects client is used
+    api.custom = _Custom()  # type: ignore[assignment]
+    api.faults = FaultInjector(None)
+    cd = plan(2, 4, "clique", ON).compute_domain
+    assert cd is not None and api.create(cd) is True
+    [(group, version, ns, plural, opts)] = api.custom.calls  # type: ignore[attr-defined]
+    assert (group, version, ns, plural) == (
+        "resource.nvidia.com",
+        "v1beta1",
+        "ns",
+        "computedomains",
+    )
+    assert opts == {"field_validation": "Strict"}

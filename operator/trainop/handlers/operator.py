@@ -801,8 +801,8 @@ async def _force_delete(shell: Shell, ns: str, stranded: Mapping[str, str]) -> s
 
 
 async def _create(shell: Shell, ns: str, name: str, body: Mapping[str, Any], acts: Actions) -> None:
-    """The SSH Secret, then Service/ConfigMap/claim templates, then the gang's pods in
-    parallel; the gang's GPUs count as taken (from `_apply`) until the watch shows them."""
+    """The SSH Secret, then Service/ConfigMap/claim templates/ComputeDomain, then the gang's
+    pods in parallel; the gang's GPUs count as taken (from `_apply`) until the watch shows them."""
     api, state = shell.api, shell.state
     assert api is not None
     if acts.needs_ssh_secret:  # before the pods that mount it; a 409 keeps the existing keys

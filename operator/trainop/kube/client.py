@@ -23,10 +23,12 @@ log = logging.getLogger("trainop.kube")
 
 PLURAL = "trainingjobs"
 # Kinds created by URL through the custom-objects client (the generated client of the
-# pinned kubernetes package predates them): DRA's claim templates (resource.k8s.io/v1) and
-# the upstream gang API's Workload and PodGroup (scheduling.k8s.io/v1beta1, trainop.workload).
+# pinned kubernetes package predates them): DRA's claim templates (resource.k8s.io/v1), the
+# upstream gang API's Workload and PodGroup (scheduling.k8s.io/v1beta1, trainop.workload) and
+# NVIDIA's ComputeDomain (resource.nvidia.com/v1beta1, a custom resource: trainop.dra).
 _BY_URL = {
     "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ComputeDomain": "computedomains",
     "Workload": "workloads",
     "PodGroup": "podgroups",
 }
