@@ -64,3 +64,32 @@ def test_wheel_hooks_install_offline_into_the_venv(
     assert any("--system-site-packages /opt/venv" in h for h in hooks)
     install = next(h for h in hooks if "pip install" in h)
     assert "--no-index" in install and "jaxlib==0.10.2" in install
+
+
+def test_hf_image_is_trixie_with_debian_torch_and_pinned_wheels(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # transformers 5 needs torch >= 2.6: trixie's python3-torch (CPython 3.13, glibc 2.41),
+    # never PyPI's torch (gigabytes of CUDA wheels).
+    recipe = images.RECIPES["hf-cpu"]
+    assert recipe.suite == "trixie" and recipe.python == "3.13" and recipe.glibc == 41
+    assert "python3-torch" in recipe.packages and "hf-cpu" in images.ALL_IMAGES
+    assert {"transformers==5.24.0", "lightning==2.6.6"} <= set(recipe.wheels)
+    names = [p.split("==")[0] for p in recipe.wheels]
+    assert len(names) == len(set(names)) and all("==" in p for p in recipe.wheels)
+    assert not [n for n in names if n in ("torch", "triton") or n.startswith("nvidia-")]
+    # its torchrun starts the workers with the venv's python (transformers lives there)
+    torchrun = images._trainop_files()["torchrun-venv"]["usr/local/bin/torchrun"][0]
+    assert torchrun.startswith(b"#!/opt/venv/bin/python3\n")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(images, "_run", lambda cmd, what, *a, **k: ran.append(cmd))
+    monkeypatch.setattr(images.shutil, "which", lambda name: f"/usr/bin/{name}")
+    images._mmdebstrap(recipe, tmp_path / "rootfs.tar", tmp_path)
+    download, mmdebstrap = ran
+    assert download[download.index("--python-version") + 1] == "3.13"
+    assert "manylinux_2_41_x86_64" in download and "manylinux_2_42_x86_64" not in download
+    assert mmdebstrap[-3] == "trixie"
+    # the other images keep bookworm, and their keys
+    assert images._base_key(images.RECIPES["jax-cpu"]) == images._base_key(
+        replace(images.RECIPES["jax-cpu"], suite="bookworm")
+    )

@@ -59,6 +59,10 @@ class Recipe:
     config: oci.ImageConfig = field(default_factory=oci.ImageConfig)
     pip_trainop: bool = False  # a venv at /opt/trainop: trainop's PyPI deps (base), trainop (layer)
     wheels: tuple[str, ...] = ()  # pinned PyPI wheels for a venv at /opt/venv (base layer)
+    suite: str = SUITE  # the Debian release of the root filesystem
+    python: str = "3.11"  # that release's CPython, for which the wheels are downloaded
+    glibc: int = 36  # that release's glibc minor (2.<glibc>): the newest manylinux tag taken
+    hooks: tuple[str, ...] = ()  # Python run in the root filesystem after the packages
 
 
 PAUSE_GO = """package main
@@ -114,6 +118,28 @@ from torch.distributed.run import main  # noqa: E402
 
 sys.exit(main())
 """
+# hf-cpu's torchrun: the same, run by the venv's python (the workers it starts must import
+# transformers and lightning).
+TORCHRUN_VENV = TORCHRUN.replace("#!/usr/bin/python3", "#!/opt/venv/bin/python3", 1)
+# Debian builds torch 2.6 without libuv, and TCPStore asks for libuv by default since 2.4
+# ("use_libuv was requested but PyTorch was build without libuv support"). USE_LIBUV=0 (the
+# image's env) turns it off where torch.distributed reads it, but not in the two stores
+# torchrun's static rendezvous makes (the agent's, and each worker's client of it): a hook
+# of the hf-cpu base passes use_libuv=False there (each edit asserts its text is found once).
+NO_LIBUV = (
+    "import pathlib\n"
+    "d = pathlib.Path('/usr/lib/python3/dist-packages/torch/distributed')\n"
+    "for rel, old in (\n"
+    "    ('rendezvous.py', '            is_master=False,\\n            timeout=timeout,\\n'),\n"
+    "    ('elastic/rendezvous/static_tcp_rendezvous.py', '                multi_tenant=True,\\n'),\n"
+    "):\n"
+    "    p = d / rel\n"
+    "    s = p.read_text()\n"
+    "    assert s.count(old) == 1, (rel, old)\n"
+    "    last = old.rstrip('\\n').rsplit('\\n', 1)[-1]\n"
+    "    indent = last[: len(last) - len(last.lstrip())]\n"
+    "    p.write_text(s.replace(old, old + indent + 'use_libuv=False,\\n'))\n"
+)
 # Workers of an MPI job: install the job's keys (trainop-launch does), run sshd in front.
 MPI_WORKER = """#!/bin/sh
 set -e
@@ -196,6 +222,25 @@ RECIPES.update(
         )
     }
 )
+# hf-cpu: Hugging Face transformers and Lightning on Debian trixie's PyTorch (2.6, CPU;
+# bookworm's 1.13 is older than transformers 5 accepts, 2.6). PyPI's torch would pull
+# gigabytes of CUDA wheels. Trixie's CPython is 3.13 and its glibc 2.41; torch and what it
+# depends on (numpy, sympy, networkx, jinja2, filelock, fsspec, pyyaml, packaging,
+# typing-extensions) come from Debian and the venv sees them (--system-site-packages).
+# Debian ships no `torchrun` script: the wrapper runs torch.distributed.run with the venv's
+# python, so the workers it starts import transformers and lightning.
+TRIXIE = "trixie"
+RECIPES["hf-cpu"] = Recipe(
+    "hf-cpu",
+    packages=(*FRAMEWORK_PACKAGES, "python3-torch"),
+    files=("launcher", "torchrun-venv", "examples"),
+    config=oci.ImageConfig(env={**FRAMEWORK_CONFIG.env, "USE_LIBUV": "0"}, workdir="/"),
+    wheels=wheels.HF,
+    hooks=(NO_LIBUV,),
+    suite=TRIXIE,
+    python="3.13",
+    glibc=41,
+)
 FRAMEWORK_IMAGES = ("tensorflow-cpu", "jax-cpu", "paddle-cpu", "mxnet-cpu")
 ALL_IMAGES = ("pause", *RECIPES)
 
@@ -238,6 +283,7 @@ def _trainop_files() -> dict[str, dict[str, tuple[bytes, int]]]:
         "operator": operator,
         "launcher": launcher,
         "torchrun": {"usr/local/bin/torchrun": (TORCHRUN.encode(), 0o755)},
+        "torchrun-venv": {"usr/local/bin/torchrun": (TORCHRUN_VENV.encode(), 0o755)},
         "mpi-worker": {"usr/local/bin/trainop-mpi-worker": (MPI_WORKER.encode(), 0o755)},
         "examples": examples,
     }
@@ -257,9 +303,11 @@ def _files_of(recipe: Recipe) -> dict[str, tuple[bytes, int]]:
 
 def _base_key(recipe: Recipe) -> str:
     deps = trainop_dependencies() if recipe.pip_trainop else []
-    parts: list[object] = [SUITE, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps]
+    parts: list[object] = [recipe.suite, MIRROR, sorted(recipe.packages), recipe.pip_trainop, deps]
     if recipe.wheels:  # only then, so the keys of the older images stay as they were
         parts.append(sorted(recipe.wheels))
+    if recipe.hooks:
+        parts.append(list(recipe.hooks))
     return _digest(parts)[:16]
 
 
@@ -377,33 +425,42 @@ def _mmdebstrap(recipe: Recipe, out: Path, work: Path) -> None:
             "--no-cache-dir --find-links /tmp/wheels " + " ".join(shlex.quote(d) for d in deps),
             '--customize-hook=rm -rf "$1"/tmp/wheels',
         ]
+    for code in recipe.hooks:
+        cmd.append(f'--customize-hook=chroot "$1" python3 -c {shlex.quote(code)}')
     if recipe.wheels:
-        cmd += _wheel_hooks(recipe.wheels, work / "wheels")
-    cmd += [SUITE, str(out), MIRROR]
+        cmd += _wheel_hooks(recipe.wheels, work / "wheels", recipe.python, recipe.glibc)
+    cmd += [recipe.suite, str(out), MIRROR]
     _run(cmd, f"mmdebstrap of {recipe.name}")
 
 
-# Bookworm's glibc is 2.36: every manylinux tag up to it. pip 23 takes --platform
-# literally (no expansion to older tags), so each is named.
-_PLATFORMS = (
-    "manylinux1_x86_64",
-    "manylinux2010_x86_64",
-    "manylinux2014_x86_64",
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(5, 37)),
-)
+# Bookworm's glibc is 2.36 (trixie's 2.41): every manylinux tag up to it. pip 23 takes
+# --platform literally (no expansion to older tags), so each is named.
+def _platforms(glibc: int = 36) -> tuple[str, ...]:
+    return (
+        "manylinux1_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux2014_x86_64",
+        *(f"manylinux_2_{minor}_x86_64" for minor in range(5, glibc + 1)),
+    )
 
 
-def _wheel_hooks(pins: tuple[str, ...], wheels_dir: Path) -> list[str]:
+_PLATFORMS = _platforms()
+
+
+def _wheel_hooks(
+    pins: tuple[str, ...], wheels_dir: Path, python: str = "3.11", glibc: int = 36
+) -> list[str]:
     """Download the pinned wheels here (this machine's pip settings: index, proxy, CA) for
-    bookworm's CPython 3.11, and mmdebstrap hooks that install them offline into VENV.
+    the image's CPython (bookworm's 3.11 unless the recipe says otherwise), and mmdebstrap
+    hooks that install them offline into VENV.
 
     The download takes exactly the pins (--no-deps); the install resolves dependencies
     against them, so a pin list missing a dependency fails the build, naming it.
     """
-    platforms = [arg for p in _PLATFORMS for arg in ("--platform", p)]
+    platforms = [arg for p in _platforms(glibc) for arg in ("--platform", p)]
     pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
     _run(
-        [*pip, "--python-version", "3.11", *platforms, "-d", str(wheels_dir), *pins],
+        [*pip, "--python-version", python, *platforms, "-d", str(wheels_dir), *pins],
         "pip download of the pinned wheels (trainop.cluster.wheels)",
     )
     return [
@@ -432,7 +489,7 @@ def build_image(name: str, say: Say) -> Path:
             base = cache_dir() / f"base-{name}-{_base_key(recipe)}.tar"
             if not base.is_file():
                 say(
-                    f"image {name}: mmdebstrap {SUITE} with {len(recipe.packages)} packages (once; cached)"
+                    f"image {name}: mmdebstrap {recipe.suite} with {len(recipe.packages)} packages (once; cached)"
                 )
                 _mmdebstrap(recipe, work / "rootfs.tar", work)
                 shutil.move(str(work / "rootfs.tar"), base)

@@ -91,3 +91,57 @@ MXNET = (
     "requests==2.34.2",
     "urllib3==2.8.0",
 )
+
+# hf-cpu (trainop.cluster.images): transformers and Lightning on Debian trixie's torch 2.6
+# (transformers 5 needs torch >= 2.6; its KubeflowCallback, which switches itself on when
+# KUBEFLOW_TRAINER_SERVER_URL is set, is in 5.17 and later). What `pip install --dry-run
+# --report --python-version 3.13 --platform manylinux_2_<=41> transformers==5.24.0
+# lightning==2.6.6` resolved, less torch and its CUDA wheels, triton, and what trixie's
+# python3-torch brings as Debian packages (numpy, mpmath, networkx, jinja2, markupsafe,
+# filelock, fsspec, pyyaml). Debian's torch metadata asks for sympy==1.13.1 (trixie has
+# 1.13.3) and setuptools on Python >= 3.12 (not a python3-torch dependency): both are
+# pinned here, so the venv's pip resolves torch's requirements.
+HF = (
+    "accelerate==1.15.0",  # the transformers[torch] extra: the Trainer refuses to run without it
+    "aiohappyeyeballs==2.7.1",
+    "aiohttp==3.14.5",
+    "aiosignal==1.4.0",
+    "annotated-doc==0.0.7",
+    "annotated-types==0.8.0",
+    "anyio==4.16.0",
+    "attrs==26.1.0",
+    "click==8.5.1",
+    "frozenlist==1.8.0",
+    "h11==0.16.0",
+    "hf-xet==1.8.0",
+    "httpcore2==2.16.2",
+    "httpx2==2.16.2",
+    "huggingface-hub==2.4.0",
+    "idna==3.20",
+    "lightning-utilities==0.15.3",
+    "lightning==2.6.6",
+    "markdown-it-py==4.3.0",
+    "mdurl==0.1.2",
+    "multidict==7.2.1",
+    "packaging==26.4",
+    "propcache==0.5.4",
+    "pydantic-core==2.50.5",
+    "pydantic==2.14.4",
+    "pygments==2.21.0",
+    "pytorch-lightning==2.6.6",
+    "regex==2026.11.19",
+    "rich==15.0.0",
+    "safetensors==0.8.0",
+    "setuptools==84.2.1",
+    "shellingham==1.5.4",
+    "sympy==1.13.1",
+    "tokenizers==0.23.3",
+    "torchmetrics==1.9.0",
+    "tqdm==4.70.1",
+    "transformers==5.24.0",
+    "truststore==0.10.5",
+    "typer==0.29.2",
+    "typing-extensions==4.16.0",
+    "typing-inspection==0.4.5",
+    "yarl==1.25.1",
+)
