@@ -74,6 +74,8 @@ def peers_resolved(kube: Kube, ns: str, name: str) -> list[str]:
             continue
         line = f"trainop-launch: peers resolve ({hosts.replace(',', ', ')}) in"
         log = logs(kube, ns, pod["metadata"]["name"])
+        if line not in log and kube.maybe_get("pod", pod["metadata"]["name"], "-n", ns) is None:
+            continue  # deleted since the listing (a TF worker once its Chief succeeded)
         assert line in log, f"{pod['metadata']['name']}: no {line!r} in\n{log[-2000:]}"
         checked.append(next(x for x in log.splitlines() if line in x))
         print(f"{pod['metadata']['name']}: {checked[-1]}")  # the run's record (-rP)
