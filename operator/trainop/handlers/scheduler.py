@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import Counter
@@ -304,6 +303,9 @@ class AdmissionLoop:
             if (
                 old is not None
                 and decision.action == Action.WAIT
+                and old.source is not None
+                # (positions first: a cheap test, and most waits that differ moved up one)
+                and old.source.position == decision.position
                 and old.source == decision
                 and old.uid == meta.get("uid")
                 and old.generation == meta.get("generation")
@@ -321,12 +323,14 @@ class AdmissionLoop:
                 queue=decision.queue,
                 size=decision.size,
             )
-            verdict = Verdict(admission, meta.get("uid"), meta.get("generation"), now, decision)
+            uid, generation = meta.get("uid"), meta.get("generation")
+            verdict = Verdict(admission, uid, generation, now, decision)
             if (admitted or resize) and isinstance(plan, Plan):
                 state.assume(key, plan_pods(plan), now)
             if _worth_telling(old, verdict, now):
                 changed.append(key)
-            elif old is not None:
-                verdict = dataclasses.replace(verdict, told=old.told)
+            elif old is not None:  # built anew, not dataclasses.replace: every waiting job
+                # behind an admitted one moves up a position (thousands of verdicts a cycle)
+                verdict = Verdict(admission, uid, generation, old.told, decision)
             mem.decided(verdict)
         return changed
