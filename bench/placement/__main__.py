@@ -17,7 +17,9 @@ OUT/placement.md (summary and targets) and OUT/placement-*.png. Then the elastic
 ones, written to OUT/placement-elastic.{json,md}; `--elastic-only` runs just those. Then migration
 (bench/placement/migration.py): the synthetic workload with and without moving running gangs
 to a better placement, written to OUT/placement-migration.{json,md}; `--migration-only` runs
-just those (about a minute).
+just those (about a minute). Then fair share over time (bench/placement/fairness.py): three
+teams 2:1:1 on openb pods with and without a usage half-life, written to
+OUT/fairness.{json,md,png}; `--fairness-only` runs just those (about 7 minutes).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.placement import elastic, fleets, migration, workloads
+from bench.placement import elastic, fairness, fleets, migration, workloads
 from bench.placement.metrics import measure, measure_lower_bound
 from bench.placement.policies import factory, lower_bound, policies
 from bench.placement.report import plots, summary
@@ -126,9 +128,16 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
         "--migration-only", action="store_true", help="only the migration runs (issue 37)"
     )
     parser.add_argument(
+        "--fairness-only", action="store_true", help="only the fair-share runs (issue 37)"
+    )
+    parser.add_argument(
         "--only", metavar="PREFIX", help="only the workloads whose label starts with it (d-)"
     )
     args = parser.parse_args(argv)
+    if args.fairness_only:
+        fairness.write(fairness.compare(args.smoke, log), args.out)
+        log(f"wrote {args.out / 'fairness.md'}")
+        return 0
     if args.migration_only:
         migration.write(migration.compare(args.smoke, log), args.out)
         log(f"wrote {args.out / 'placement-migration.md'}")
@@ -173,6 +182,8 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     written.append("placement-elastic.md")
     migration.write(migration.compare(args.smoke, log), args.out)
     written.append("placement-migration.md")
+    fairness.write(fairness.compare(args.smoke, log), args.out)
+    written.append("fairness.md")
     log(
         f"wrote {args.out / 'placement.json'}, placement.md{', ' + ', '.join(written) if written else ''}"
     )

@@ -52,3 +52,15 @@ def test_migration_runs_write_the_table(tmp_path: Path) -> None:
         for m in row.values():
             assert {"allreduce_ratio_time", "moves_per_hour", "realised_gain_s"} <= set(m)
     assert "| 90% | with |" in (tmp_path / "placement-migration.md").read_text()
+
+
+def test_fairness_runs_write_the_table_and_plot(tmp_path: Path) -> None:
+    """`--fairness-only` (issue 37): three teams with and without a usage half-life."""
+    lines: list[str] = []
+    assert main(["--smoke", "--fairness-only", "--out", str(tmp_path)], log=lines.append) == 0
+    report = json.loads((tmp_path / "fairness.json").read_text())
+    for name in ("without", "with"):
+        shares = report["runs"][name]["contested"]
+        assert set(shares) == {"a", "b", "c"} and abs(sum(shares.values()) - 1) < 0.01
+    assert (tmp_path / "fairness.png").stat().st_size > 0
+    assert "| a without |" in (tmp_path / "fairness.md").read_text()
