@@ -783,15 +783,7 @@ def build_plan(
         (role, spec.replica_specs[role].gpus)
         for role in sorted({a.role for a in placement.assignments if a.gpus})
     ]
-    claim_templates = (
-        [  # DRA: one template per GPU role; pods then hold GPUs/NICs by claim
-            claim_template(ref, role, gpus, config.dra) for role, gpus in gpu_roles
-        ]
-        if config.dra.enabled
-        else []
-    )
-    imex = mnnvl_imex(placement, config.dra)
-    domain = compute_domain(ref, len(placement.nodes)) if imex == IMEX_COMPUTE_DOMAIN else None
+    claim_templates, imex, domain = _dra_objects(ref, placement, config.dra, gpu_roles)
 
     # A gang of one pod is whole the moment it exists: no gate to release (one write less).
     gate = gated and len(pod_plans) > 1
@@ -809,15 +801,11 @@ def build_plan(
             )
             for plan in pod_plans
         ]
-        wired = _for_dra(pods, ref, config, gpu_roles)
-        if domain is None:
-            return wired
-        roles = {role.lower() for role, _ in gpu_roles}
-        return tuple(use_channel(p, ref.name) if _role_label(p) in roles else p for p in wired)
+        return _for_mnnvl(_for_dra(pods, ref, config, gpu_roles), ref, gpu_roles, domain)
 
     config_map = build_config_map(ref, cm_name, wiring.config_files) if cm_name else None
     return Plan(
-        claim_templates=tuple(claim_templates),
+        claim_templates=claim_templates,
         compute_domain=domain,
         imex=imex,
         image=choice,
@@ -832,6 +820,19 @@ def build_plan(
         config_map=config_map,
         secret_name=ssh_secret,
     )
+
+
+def _dra_objects(
+    ref: JobRef, placement: Placement, dra: DraConfig, gpu_roles: list[tuple[str, int]]
+) -> tuple[tuple[dict[str, Any], ...], str | None, dict[str, Any] | None]:
+    """DRA's claim templates (one per GPU role: pods then hold GPUs/NICs by claim), the
+    gang's status.placement.imex and its ComputeDomain (multi-node NVLink, trainop.dra)."""
+    templates = tuple(
+        claim_template(ref, role, gpus, dra) for role, gpus in gpu_roles if dra.enabled
+    )
+    imex = mnnvl_imex(placement, dra)
+    domain = compute_domain(ref, len(placement.nodes)) if imex == IMEX_COMPUTE_DOMAIN else None
+    return templates, imex, domain
 
 
 def _gang(
@@ -1050,6 +1051,19 @@ def _for_dra(
             for p in pods
         ]
     return tuple(pods)
+
+
+def _for_mnnvl(
+    pods: tuple[dict[str, Any], ...],
+    ref: JobRef,
+    gpu_roles: list[tuple[str, int]],
+    domain: dict[str, Any] | None,
+) -> tuple[dict[str, Any], ...]:
+    """With the gang's ComputeDomain: GPU pods claim its IMEX channel (trainop.dra)."""
+    if domain is None:
+        return pods
+    roles = {role.lower() for role, _ in gpu_roles}
+    return tuple(use_channel(p, ref.name) if _role_label(p) in roles else p for p in pods)
 
 
 def mnnvl_imex(placement: Placement, dra: DraConfig) -> str | None:
