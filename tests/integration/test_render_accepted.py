@@ -9,10 +9,15 @@ sidecars, init containers, scheduling gates, host networking). Each job is rende
 `trainop render` renders it (cli.render.render_job, the operator's own planner) on three
 fleets: examples/fleet-nodes.yaml, the real-node tier's fleet (tests/real/fleet-real.yaml),
 a small one with MIG and time-sliced nodes, and examples/fleet-grace.yaml (a GB200 NVL72
-rack and GH200 nodes, arm64, beside amd64 B200: issue 36), with and without DRA claim
-templates, with the catalog's arm64 windows confirmed, and with pods wired for progress reports over
+rack and GH200 nodes, arm64, beside amd64 B200: a mixed-architecture fleet; issue 36), its
+GB200 NVL72 rack alone (18 trays, one NVLink clique) and its GH200 partition alone, with and
+without DRA claim templates, with the catalog's arm64 windows confirmed, with the multi-node
+NVLink switch on (dra.computeDomains: a ComputeDomain per gang across trays of one clique,
+IMEX channel claims; NVIDIA's ComputeDomain CRD, crds/vendor/, is installed into the API
+server for it), and with pods wired for progress reports over
 TLS as the operator wires them (issue 35: URL, token and CA projected volume, CA annotation).
-Every object a placed job produces (Service, ConfigMap, ResourceClaimTemplates, Pods, and
+Every object a placed job produces (Service, ConfigMap, ResourceClaimTemplates,
+ComputeDomains, Pods, and
 the SSH Secret the operator makes for MPI) goes to the real API server with server-side
 dry-run and strict field validation
 (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run,
@@ -102,16 +107,24 @@ def _sharing_fleet() -> list[dict[str, Any]]:
     ]
 
 
+def _grace_fleet(*classes: str) -> list[dict[str, Any]]:
+    """examples/fleet-grace.yaml with only the groups of `classes` (all: the whole fleet)."""
+    fleet = load_fleet(repo_root() / "examples" / "fleet-grace.yaml")
+    groups = [g for g in fleet.groups if not classes or g.node_class in classes]
+    return node_manifests(fleet.model_copy(update={"groups": groups}))
+
+
 FLEETS = {
     "examples/fleet-nodes.yaml": read_objects(
         str(repo_root() / "examples" / "fleet-nodes.yaml"), "Node", "--nodes"
     ),
     "tests/real/fleet-real.yaml": _real_fleet(),
     "sharing": _sharing_fleet(),
-    # issue 36: a GB200 NVL72 rack (arm64, one clique), GH200 (arm64) and B200 (amd64)
-    "examples/fleet-grace.yaml": node_manifests(
-        load_fleet(repo_root() / "examples" / "fleet-grace.yaml")
-    ),
+    # issue 36: a GB200 NVL72 rack (arm64, one clique), GH200 (arm64) and B200 (amd64): the
+    # mixed-architecture fleet; then the NVL72 rack alone and the GH200 partition alone
+    "examples/fleet-grace.yaml": _grace_fleet(),
+    "gb200-nvl72": _grace_fleet("gb200-tray"),
+    "gh200": _grace_fleet("gh200"),
 }
 # FabricProfiles with every field that reaches a pod: Multus annotation, RDMA resource,
 # /dev/shm size, NCCL env.
@@ -137,17 +150,17 @@ FABRIC_PROFILES = (
     .set("debugEnv", {"NCCL_ALGO": "Ring"})
     .model(),
 )
+ARM64_CATALOG = load_catalog(
+    overrides={"images": {"pytorch": {"unconfirmed": []}, "mpi": {"unconfirmed": ["horovod"]}}}
+)
 CONFIGS = {
     "default": OperatorConfig(),
     # the PyTorch/MPI images' arm64 window confirmed: jobs land on arm64 nodes, and pods
     # without GPUs on a mixed fleet get the gang's kubernetes.io/arch (issue 36)
-    "arm64": OperatorConfig(
-        catalog=load_catalog(
-            overrides={
-                "images": {"pytorch": {"unconfirmed": []}, "mpi": {"unconfirmed": ["horovod"]}}
-            }
-        )
-    ),
+    "arm64": OperatorConfig(catalog=ARM64_CATALOG),
+    # and NVIDIA's DRA driver installed: a gang across trays of the NVL72 clique gets a
+    # ComputeDomain and IMEX channel claims (issue 36, docs/mnnvl.md)
+    "mnnvl": OperatorConfig(catalog=ARM64_CATALOG, dra=DraConfig(compute_domains=True)),
     "dra": OperatorConfig(dra=DraConfig(enabled=True)),
     "kueue": OperatorConfig(external_queue="kueue"),  # pods as under Kueue (docs/kueue.md)
     "fabrics": OperatorConfig(fabric_profiles=FABRIC_PROFILES),
@@ -187,7 +200,7 @@ NCCL_ENVS = [
 ]
 # spec.queue is a DNS subdomain of up to 253 characters (a TrainingQueue name)
 QUEUES = ["nlp", "team.nlp", "q" * 63, "q" * 64, "q" * 120]
-PRODUCTS = [H100, A100, V100, T4, f"{A100}-MIG-1g.10gb"]
+PRODUCTS = [H100, A100, V100, T4, f"{A100}-MIG-1g.10gb", "NVIDIA-GB200", "NVIDIA-GH200-480GB"]
 
 names = st.one_of(
     st.from_regex(r"\A[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,6}){0,3}\Z"),
@@ -393,6 +406,11 @@ def training_jobs(draw: st.DrawFn, namespace: str) -> dict[str, Any]:
 # --- the API server -----------------------------------------------------------------------
 
 
+BY_URL = {"ResourceClaimTemplate": "resourceclaimtemplates", "ComputeDomain": "computedomains"}
+CD_CRD = "computedomains.resource.nvidia.com"
+COMPUTE_DOMAIN_CRD = repo_root() / "crds" / "vendor" / "resource.nvidia.com_computedomains.yaml"
+
+
 class DryRun:
     """Server-side dry-run creates with strict field validation; returns the refusals."""
 
@@ -407,10 +425,10 @@ class DryRun:
         opts = {"dry_run": "All", "field_validation": "Strict"}
         self.checked += 1
         try:
-            if kind == "ResourceClaimTemplate":
+            if kind in BY_URL:
                 group, version = obj["apiVersion"].split("/")
                 self.custom.create_namespaced_custom_object(
-                    group, version, ns, "resourceclaimtemplates", obj, **opts
+                    group, version, ns, BY_URL[kind], obj, **opts
                 )
             else:
                 create = {
@@ -437,6 +455,10 @@ def dry_run(kube: Kube) -> Iterator[tuple[DryRun, str]]:
             "value": 1000,
         }
     )
+    # NVIDIA's ComputeDomain CRD (vendored from k8s-dra-driver-gpu v25.12.0), as the DRA
+    # driver's chart installs it
+    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(COMPUTE_DOMAIN_CRD))
+    kube.run("wait", "--for=condition=Established", "--timeout=60s", "crd/" + CD_CRD)
     kube.wait_for(
         f"default ServiceAccount in {ns}",
         lambda: kube.maybe_get("serviceaccount", "default", "-n", ns),
@@ -444,9 +466,10 @@ def dry_run(kube: Kube) -> Iterator[tuple[DryRun, str]]:
     yield DryRun(kube), ns
     kube.run("delete", "namespace", ns, "--wait=false", check=False)
     kube.run("delete", "priorityclass", PRIORITY_CLASS, check=False)
+    kube.run("delete", "crd", CD_CRD, "--wait=false", check=False)
 
 
-TALLY: dict[str, int] = {"jobs": 0, "placed": 0, "invalid": 0, "wait": 0}
+TALLY: dict[str, int] = {"jobs": 0, "placed": 0, "invalid": 0, "wait": 0, "computeDomains": 0}
 _FIELD = re.compile(r"^error: (spec\.|metadata\.name)")
 
 
@@ -470,6 +493,7 @@ def check_job(body: dict[str, Any], dry: DryRun) -> list[str]:
                 continue
             TALLY["placed"] += 1
             objs = list(r.objects)  # as render prints them: wired for progress with a URL
+            TALLY["computeDomains"] += sum(o["kind"] == "ComputeDomain" for o in objs)
             if r.plan.secret_name:  # made by the operator, not printed by render
                 objs.insert(0, ssh_secret(job_ref(body), r.plan.secret_name))
             problems += [f"{where}: {p}" for p in map(dry.refusal, objs) if p]
@@ -491,3 +515,37 @@ def test_every_rendered_object_is_accepted(dry_run: tuple[DryRun, str]) -> None:
     prop()
     print(f"render vs API server: {TALLY}, {dry.checked} objects dry-run created")
     assert TALLY["placed"] > 0, TALLY
+
+
+# Gangs the random jobs seldom make: several pods across the trays of the NVL72 clique, each
+# with its ComputeDomain and IMEX channel claims (dra.computeDomains), on the rack alone and
+# on the mixed fleet. (framework, workers, GPUs per worker, topology)
+CLIQUE_GANGS = [
+    pytest.param("pytorch", 2, 4, "clique", id="pytorch-2-trays"),
+    pytest.param("pytorch", 18, 4, "clique", id="pytorch-whole-nvl72"),
+    pytest.param("pytorch", 3, 4, None, id="pytorch-no-topology"),
+    pytest.param("mpi", 4, 4, "clique", id="mpi-with-launcher"),
+]
+
+
+@pytest.mark.parametrize(("fw", "workers", "gpus", "topology"), CLIQUE_GANGS)
+def test_clique_gangs_get_an_accepted_compute_domain(
+    dry_run: tuple[DryRun, str], fw: str, workers: int, gpus: int, topology: str | None
+) -> None:
+    dry, ns = dry_run
+    b = JobBuilder(f"nvl-{fw}-{workers}", ns).framework(fw, None).role("Worker", workers, gpus)
+    if fw == "mpi":
+        b.role("Launcher", 1, 0)
+    if topology:
+        b.placement(topology, "Required", [])
+    body = b.build()
+    for fleet in ("gb200-nvl72", "examples/fleet-grace.yaml"):
+        r = render_job(body, FLEETS[fleet], [], CONFIGS["mnnvl"])
+        assert r.code == EXIT_PLACED and r.plan is not None, (fleet, r.errors)
+        assert r.plan.placement_status()["imex"] == "ComputeDomain", fleet
+        objs = list(r.objects)
+        assert [o["kind"] for o in objs].count("ComputeDomain") == 1, fleet
+        if r.plan.secret_name:
+            objs.insert(0, ssh_secret(job_ref(body), r.plan.secret_name))
+        assert not [p for p in map(dry.refusal, objs) if p], fleet
+        assert not unresolvable_hosts(objs), fleet
