@@ -182,6 +182,13 @@ def _protection_lines(queue: Mapping[str, Any] | None, status: Mapping[str, Any]
     ]
 
 
+_IMEX = {
+    "ComputeDomain": "IMEX channels from the job's ComputeDomain (NCCL_MNNVL_ENABLE=1)",
+    "NotSetUp": "IMEX not set up (operator config dra.computeDomains is off): NCCL crosses "
+    "trays over the network",
+}
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -227,6 +234,9 @@ def explain_text(
                 f"  est. allreduce of 1 GiB: {seconds * 1000:.1f} ms "
                 f"(widest link: {placement.get('allreduceBottleneck') or '-'})"
             )
+        imex = placement.get("imex")
+        if imex:  # a gang across the trays of one NVLink clique (docs/mnnvl.md)
+            lines.append(f"  multi-node NVLink: {_IMEX.get(imex, imex)}")
     lines += _progress_lines(status)
     lines += _protection_lines(queue, status)
     if status.get("restartCount"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trainop.explain import explain_text
 
 JOB = {
@@ -238,3 +240,21 @@ def test_fair_share_over_time_is_shown() -> None:
     }
     text = explain_text({**JOB, "status": {"phase": "Queued"}}, [], [], {**QUEUE, "status": status})
     assert "fair share over time: half-life 3600 s; average GPUs used h100 17.5" in text
+
+
+@pytest.mark.parametrize(
+    ("imex", "words"),
+    [
+        pytest.param("ComputeDomain", "multi-node NVLink: IMEX channels from", id="set-up"),
+        pytest.param("NotSetUp", "IMEX not set up (operator config dra.computeDomains", id="off"),
+        pytest.param(None, None, id="not-a-clique-gang"),
+    ],
+)
+def test_a_clique_gang_shows_its_clique_and_imex(imex: str | None, words: str | None) -> None:
+    placement = {"level": "clique", "domain": "block-gb/rack-nvl72-a/c0.1", "nodes": ["a", "b"]}
+    if imex:
+        placement["imex"] = imex
+    job = {**JOB, "status": {"phase": "Running", "placement": placement}}
+    text = explain_text(job, [], [], None)
+    assert "Placement:  clique block-gb/rack-nvl72-a/c0.1" in text
+    assert (words in text) if words else ("multi-node NVLink" not in text)

@@ -349,6 +349,20 @@ def all_crd_specs() -> list[CrdSpec]:
                 {"name": "Queue", "type": "string", "jsonPath": ".status.queue"},
                 {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                 {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
+                # -o wide: the placement level (clique: one NVLink domain across trays) and
+                # whether its IMEX ComputeDomain is set up (docs/mnnvl.md)
+                {
+                    "name": "Placement",
+                    "type": "string",
+                    "jsonPath": ".status.placement.level",
+                    "priority": 1,
+                },
+                {
+                    "name": "IMEX",
+                    "type": "string",
+                    "jsonPath": ".status.placement.imex",
+                    "priority": 1,
+                },
                 age,
             ),
         ),
