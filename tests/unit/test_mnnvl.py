@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import job as make_job
 from tests.unit.test_clique_topology import CONFIG, LEVELS, TWO_CLIQUES
+from trainop.cli.render import placement_header
 from trainop.config import ConfigError, operator_config_from_data
 from trainop.dra import (
     CHANNEL_CLAIM,
@@ -133,3 +134,15 @@ def test_the_shell_creates_the_compute_domain_as_a_custom_object() -> None:
         "computedomains",
     )
     assert opts == {"field_validation": "Strict"}
+
+
+@pytest.mark.parametrize(
+    ("dra", "line"),
+    [
+        pytest.param(ON, "# multi-node NVLink: ComputeDomain j-imex gives", id="on"),
+        pytest.param(DraConfig(), "# multi-node NVLink: IMEX not set up", id="off"),
+    ],
+)
+def test_render_says_it(dra: DraConfig, line: str) -> None:
+    header = placement_header(plan(2, 4, "clique", dra))
+    assert header.startswith("# placement: clique ") and line in header, header

@@ -243,6 +243,15 @@ def placement_header(plan: Plan, runtime: str = "") -> str:
             "# gangScheduling kubernetes: kube-scheduler places the PodGroup; the nodes above "
             "are trainop's estimate on an idle fleet (NCCL tuned for them)"
         )
+    if plan.compute_domain:  # a gang across trays of one NVLink clique (docs/mnnvl.md)
+        lines.append(
+            f"# multi-node NVLink: ComputeDomain {plan.compute_domain['metadata']['name']} "
+            "gives each GPU pod an IMEX channel"
+        )
+    elif plan.imex:
+        lines.append(
+            "# multi-node NVLink: IMEX not set up (operator config dra.computeDomains is off)"
+        )
     if plan.compatibility:
         lines.append(f"# image: {plan.image.image} ({plan.compatibility})")
     if plan.image_tried and "overriding the NGC choice" in plan.image_tried[0]:
