@@ -96,6 +96,7 @@ class HFTrainer:
         self.max_steps = max_steps
         self.resumed_from: Any = "never trained"
         self.hook: Any = None  # called after each step, e.g. to raise a request
+        self._call("on_init_end", HFState(max_steps), HFControl())  # its callbacks are made
 
     def add_callback(self, cb: Any) -> None:
         self.callback_handler.callbacks.append(cb)
@@ -302,11 +303,32 @@ def test_one_report_stream_not_two(
     monkeypatch.delenv("TRAINOP_PROGRESS_URL", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    kubeflow = KubeflowLike()  # already registered: TrainingArguments were built first
-    hf_callback(FakeReporter())
+    callback = hf_callback(FakeReporter())
+    # Made first, as in Trainer(..., callbacks=[TrainopCallback()]): the environment stays as
+    # it is until the Trainer has made its own callbacks, transformers' KubeflowCallback
+    # among them (transformers 5's refuses to be made without the URL, or when disabled).
+    assert os.environ["KUBEFLOW_TRAINER_SERVER_URL"] == "http://op/v1/trainer-status"
+    assert "DISABLE_KUBEFLOW_INTEGRATION" not in os.environ
+    kubeflow = KubeflowLike()  # made by the Trainer, from TrainingArguments built before
+    callback.on_init_end(None, None, None)  # the end of the Trainer's __init__
     kubeflow.send()
     assert kubeflow.sent == sent
     assert os.environ.get("DISABLE_KUBEFLOW_INTEGRATION") == disabled
+
+
+def test_a_callback_added_to_a_built_trainer_silences_at_train_begin(
+    fake_transformers: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "http://op/v1/trainer-status")
+    monkeypatch.delenv("DISABLE_KUBEFLOW_INTEGRATION", raising=False)
+    monkeypatch.setenv("TRAINOP_PROGRESS_URL", "http://op/v1/progress")
+    kubeflow = KubeflowLike()
+    trainer = fake_transformers.Trainer(HFArgs(str(tmp_path)), max_steps=2)
+    trainer.add_callback(hf_callback(FakeReporter()))
+    trainer.train()
+    kubeflow.send()
+    assert kubeflow.sent == 0
+    assert os.environ.get("DISABLE_KUBEFLOW_INTEGRATION") == "true"
 
 
 # --- install(): what SDK jobs run --------------------------------------------------------------

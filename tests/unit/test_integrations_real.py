@@ -128,14 +128,17 @@ def test_hf_kubeflow_callback_goes_quiet_once_trainop_reports(
     monkeypatch.delenv("DISABLE_KUBEFLOW_INTEGRATION", raising=False)
     monkeypatch.setenv("TRAINOP_PROGRESS_URL", "http://127.0.0.1:9/v1/progress")  # trainop wired
     try:
-        before = _gpt2_trainer(tmp_path, 3, None)  # TrainingArguments add KubeflowCallback ...
-        kinds = [type(c).__name__ for c in before.callback_handler.callbacks]
-        assert "KubeflowCallback" in kinds
         from trainop.integrations.common import StepReports
         from trainop.integrations.transformers import TrainopCallback
 
-        before.add_callback(TrainopCallback(reports=StepReports(FakeReporter())))  # ... then ours
-        before.train()
+        # Ours made first, as scripts write it; the Trainer then makes the KubeflowCallback
+        # its TrainingArguments asked for, which transformers 5 refuses to do without the URL
+        # (trainop silences it at the end of the Trainer's __init__, not before).
+        ours = TrainopCallback(reports=StepReports(FakeReporter()))
+        trainer = _gpt2_trainer(tmp_path, 3, [ours])
+        kinds = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+        assert "KubeflowCallback" in kinds
+        trainer.train()
         assert posts == []  # one report stream: trainop's
         assert os.environ["DISABLE_KUBEFLOW_INTEGRATION"] == "true"
     finally:

@@ -40,7 +40,9 @@ def silence_kubeflow(env: Any = None) -> bool:
     """When trainop's Reporter is wired, keep transformers' KubeflowCallback quiet so the
     job gets one report stream: DISABLE_KUBEFLOW_INTEGRATION=true stops TrainingArguments
     built from now on from adding it, and removing KUBEFLOW_TRAINER_SERVER_URL silences one
-    already added (it reads the URL at every send and sends nothing without it:
+    already made (call it only then: transformers 5's KubeflowCallback refuses to be made
+    without the URL or with the flag; it reads the URL at every send and sends nothing
+    without it:
     https://github.com/huggingface/transformers/blob/main/src/transformers/integrations/integration_utils.py,
     KubeflowCallback._update_status). The operator's precedence (trainop wins,
     trainop.trainerstatus) covers the rest. Returns whether it did anything."""

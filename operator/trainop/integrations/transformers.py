@@ -18,7 +18,16 @@ A `transformers.TrainerCallback`
   `<output_dir>/checkpoint-<step>`, the directory `on_save` follows; every other save
   (save_steps) is reported as well;
 - keeps transformers' own KubeflowCallback quiet where trainop's Reporter is wired
-  (trainop.integrations.common.silence_kubeflow), so the job gets one report stream.
+  (trainop.integrations.common.silence_kubeflow), so the job gets one report stream: at the
+  end of the Trainer's `__init__` (`on_init_end`), or at `on_train_begin` for a callback
+  added later, never when the callback is made. transformers 5's KubeflowCallback raises in
+  its own `__init__` when the URL is gone or DISABLE_KUBEFLOW_INTEGRATION is set, and the
+  Trainer makes it after `callbacks=[TrainopCallback()]` was evaluated, from
+  TrainingArguments built before (report_to ["kubeflow"]): silencing in our `__init__` made
+  `Trainer(..., callbacks=[TrainopCallback()])` fail in every pod trainop wires (found on the
+  real tier, tests/real/test_6_trainers.py). A callback added to a built Trainer lets the
+  KubeflowCallback's first body (progress 0) out, which the operator drops once trainop's
+  own reports come (trainop.trainerstatus).
 
 `install()` (what SDK jobs run, trainop.launcher.sdkrun) does it with no line at all: every
 `Trainer` built afterwards gets the callback unless it has one, and `Trainer.train()`
@@ -74,11 +83,14 @@ def _callback_class() -> type:
         def __init__(
             self, reports: StepReports | None = None, sync: Any = _sync_any, check_every: int = 10
         ) -> None:
-            silence_kubeflow()
             self.reports = reports if reports is not None else StepReports(check_every=check_every)
             self.sync = sync
 
+        def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            silence_kubeflow()  # the Trainer has made its callbacks (module docstring)
+
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            silence_kubeflow()  # a callback added after the Trainer was built
             wanted = os.environ.get("TRAINOP_RESUME_FROM")
             if wanted and state.global_step == 0 and state.is_world_process_zero:
                 print(
