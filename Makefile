@@ -67,11 +67,13 @@ real-deps:
 build-node-binaries: install
 	$(TRAINOP) cluster build --real-nodes
 
-# pause, pytorch-cpu, mpi-cpu, operator and the framework images (tensorflow-cpu, jax-cpu,
-# paddle-cpu, mxnet-cpu); mmdebstrap, cached by content, two builds at a time (-j).
+# pause, pytorch-cpu, mpi-cpu, operator, the framework images (tensorflow-cpu, jax-cpu,
+# paddle-cpu, mxnet-cpu) and hf-cpu (trixie's torch with transformers and Lightning, for
+# tests/real/test_6_trainers.py; about 3 minutes cold); mmdebstrap, cached by content, two
+# builds at a time (-j).
 images: install real-deps
 	$(TRAINOP) images build --name none -j 2 pause pytorch-cpu mpi-cpu operator \
-	  tensorflow-cpu jax-cpu paddle-cpu mxnet-cpu
+	  tensorflow-cpu jax-cpu paddle-cpu mxnet-cpu hf-cpu
 
 # Go builds (CPU) and image builds (mostly download and dpkg) overlap: -j2.
 test-real: install build-binaries real-deps

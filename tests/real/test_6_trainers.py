@@ -182,11 +182,14 @@ def _check_resumed(
     assert resumed and resumed.group(1) == checkpoint["path"], log[:2000]
     first = dict(run["first"])
     assert after and after[0][0] == step + gap, (after[:3], step)
-    assert 1 in first and step in first, sorted(first)[:3] + sorted(first)[-3:]
-    assert first[step] < 0.8 * first[1], (first[1], first[step])  # it had learned
+    # The first run's last lines may not reach the log read before its pods went: the
+    # checkpoint's loss is that of the last step logged up to it.
+    last = max((s for s in first if s <= step), default=None)
+    assert 1 in first and last is not None and last >= step - 10, sorted(first)[-3:]
+    assert first[last] < 0.8 * first[1], (first[1], last, first[last])  # it had learned
     # The loss goes on from the checkpoint's: nearer it than the start's (two-step noise).
     window = [v for s, v in after[:5]]
-    assert min(window) < 0.5 * (first[1] + first[step]), (first[1], first[step], window)
+    assert min(window) < 0.5 * (first[1] + first[last]), (first[1], first[last], window)
     return step
 
 
