@@ -584,3 +584,20 @@ def test_lightning_reads_its_metric_tensors_once_per_half_interval(fake_lightnin
         (1, {"train_acc": 0.5, "loss": 1.0}),
         (6, {"train_acc": 0.5, "loss": 1.0}),
     ]
+
+
+def test_hf_reports_a_checkpoint_only_after_every_rank_saved(
+    fake_transformers: Any, tmp_path: Path
+) -> None:
+    # Global rank 0 writes the model and optimizer; another node's local rank 0 must not
+    # report the checkpoint (trainop then evicts the gang) before that is done.
+    rep, order = FakeReporter(), []
+    reports = StepReports(rep, clock=ticking(), check_every=1)
+    callback = hf_integration.TrainopCallback(  # type: ignore[attr-defined]
+        reports=reports, barrier=lambda: order.append(("barrier", len(rep.checkpoints())))
+    )
+    trainer = fake_transformers.Trainer(HFArgs(str(tmp_path)), callbacks=[callback], max_steps=3)
+    rep.requested = True
+    trainer.train()
+    assert order == [("barrier", 0)]
+    assert rep.checkpoints() == [(str(tmp_path / "checkpoint-1"), 1)]

@@ -15,8 +15,9 @@ A `transformers.TrainerCallback`
   is reduced over the ranks every `check_every` steps, 10 by default, every step in a single
   process), so the Trainer saves through its own machinery (model, optimizer, scheduler, RNG, trainer
   state: what `resume_from_checkpoint` restores) right after that step, and reports
-  `<output_dir>/checkpoint-<step>`, the directory `on_save` follows; every other save
-  (save_steps) is reported as well;
+  `<output_dir>/checkpoint-<step>`, the directory `on_save` follows, once every rank has
+  reached `on_save` (a barrier: the checkpoint is whole when trainop hears of it); every
+  other save (save_steps) is reported as well;
 - keeps transformers' own KubeflowCallback quiet where trainop's Reporter is wired
   (trainop.integrations.common.silence_kubeflow), so the job gets one report stream: at the
   end of the Trainer's `__init__` (`on_init_end`), or at `on_train_begin` for a callback
@@ -71,6 +72,16 @@ def _sync_any(flag: bool) -> bool:
     return bool(t.item())
 
 
+def _barrier() -> None:
+    """Wait for every rank (when torch.distributed runs with several)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 @functools.cache
 def _callback_class() -> type:
     from transformers import TrainerCallback
@@ -81,10 +92,15 @@ def _callback_class() -> type:
         """Reports to trainop and checkpoints on its request (module docstring)."""
 
         def __init__(
-            self, reports: StepReports | None = None, sync: Any = _sync_any, check_every: int = 10
+            self,
+            reports: StepReports | None = None,
+            sync: Any = _sync_any,
+            check_every: int = 10,
+            barrier: Any = _barrier,
         ) -> None:
             self.reports = reports if reports is not None else StepReports(check_every=check_every)
             self.sync = sync
+            self.barrier = barrier
 
         def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             silence_kubeflow()  # the Trainer has made its callbacks (module docstring)
@@ -124,6 +140,11 @@ def _callback_class() -> type:
             return control
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # Every rank calls on_save once its own part is written (its RNG state); global
+            # rank 0 writes the model, optimizer and trainer state. A node's local rank 0
+            # reporting before rank 0 had finished let trainop evict a gang mid-save (2 pods x
+            # 2 processes on the real tier: checkpoint-30 had no model, the resume failed).
+            self.barrier()
             path = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}-{state.global_step}")
             self.reports.saved(path, state.global_step, state.is_local_process_zero)
 
