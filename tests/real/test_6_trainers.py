@@ -14,6 +14,7 @@ hf-cpu image (Debian trixie's torch 2.6, transformers and Lightning from pinned 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -30,6 +31,13 @@ from trainop.cluster import images
 from trainop.cluster.local import LocalCluster
 
 HF = "hf-cpu"
+# The two preemption scenarios take several minutes each and the Hugging Face one's last
+# fix (the checkpoint reported only once every rank has saved) has passed in unit tests
+# only: they run with TRAINOP_REAL_LONG=1, outside CI's time budget.
+LONG = pytest.mark.skipif(
+    os.environ.get("TRAINOP_REAL_LONG") != "1",
+    reason="several minutes each: TRAINOP_REAL_LONG=1",
+)
 STEP_LOSS = re.compile(r"(?:hf-trainop|lightning): step (\d+) loss ([0-9.e+-]+)")
 RESUMED = re.compile(r"resume_from=(\S+)")
 
@@ -193,6 +201,7 @@ def _check_resumed(
     return step
 
 
+@LONG
 def test_hf_trainer_checkpoints_on_preemption_and_resumes(
     hf_target: Target,
     namespace: str,
@@ -292,6 +301,7 @@ def test_sdk_train_function_logs_and_wait(
     assert len(losses) == 4 and losses[-1] < losses[0], losses
 
 
+@LONG
 def test_lightning_checkpoints_on_preemption_and_resumes(
     hf_target: Target,
     namespace: str,
