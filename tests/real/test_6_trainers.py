@@ -149,7 +149,7 @@ def test_unmodified_hf_script_reports_progress(hf_target: Target, namespace: str
     assert progress.get("source") == "kubeflow", diagnose(kube, namespace, tj)
     distinct = {shown for _, shown in samples}
     assert len(distinct) >= 3, samples  # moved: 0%, at least one value between, 100%
-    assert progress.get("totalSteps") == 600, progress
+    assert progress.get("totalSteps") == 300, progress
     assert any(m.get("name") == "loss" for m in progress.get("metrics") or []), progress
 
 
