@@ -27,7 +27,7 @@ from typing import Any
 
 from trainop import progress
 from trainop.api import constants as c
-from trainop.api.conditions import iso, set_condition
+from trainop.api.conditions import find_condition, iso, set_condition
 from trainop.api.reasons import WaitReason
 from trainop.api.trainingjob import TERMINAL_PHASES, RunPolicy, TrainingJobSpec
 from trainop.failures import (
@@ -695,21 +695,14 @@ def _startup(ctx: _Ctx) -> float | None:
     deadline = progress.startup_deadline(
         spec.progress.startup_deadline_seconds, expects, bool(ctx.config.progress_url)
     )
-    since = next(
-        (
-            parse_time(cd.get("lastTransitionTime"))
-            for cd in st.new["conditions"]
-            if cd.get("type") == "Running" and cd.get("status") == "True"
-        ),
-        None,
+    running = find_condition(st.new["conditions"], "Running") or {}
+    since = (
+        parse_time(running.get("lastTransitionTime")) if running.get("status") == "True" else None
     )
     verdict = progress.judge_startup(st.new.get("progress"), since, deadline, ctx.now)
     if verdict.status is None:
         return verdict.recheck
-    was = next(
-        (cd.get("status") for cd in st.new["conditions"] if cd.get("type") == progress.PROGRESSING),
-        None,
-    )
+    was = (find_condition(st.new["conditions"], progress.PROGRESSING) or {}).get("status")
     st.cond(progress.PROGRESSING, verdict.status, verdict.reason, verdict.message)
     if not verdict.status and was != "False":
         st.events.append(("Warning", verdict.reason, verdict.message))
@@ -729,10 +722,7 @@ def _degraded(ctx: _Ctx) -> bool:
     verdict = progress.judge_degraded(
         reported, st.new.get("placement"), spec.progress.degraded_factor, spec.progress.warmup_steps
     )
-    was = any(
-        cd.get("type") == progress.DEGRADED and cd.get("status") == "True"
-        for cd in st.new["conditions"]
-    )
+    was = (find_condition(st.new["conditions"], progress.DEGRADED) or {}).get("status") == "True"
     if verdict.degraded:
         st.cond(progress.DEGRADED, True, verdict.reason, verdict.message)
         if not was:

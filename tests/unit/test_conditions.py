@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.builders import NOW, ago
-from trainop.api.conditions import iso, set_condition
+from trainop.api.conditions import find_condition, iso, set_condition
 
 EARLIER = ago(60)
 
@@ -54,3 +54,20 @@ def test_other_conditions_are_left_alone() -> None:
     conds = [dict(other)]
     set_condition(conds, "Ready", "True", "R", "", NOW + timedelta(seconds=1), None)
     assert conds[0] == other and conds[1]["type"] == "Ready"
+
+
+@pytest.mark.parametrize(
+    ("conditions", "ctype", "found"),
+    [
+        pytest.param(None, "Running", None, id="no-conditions"),
+        pytest.param([{"type": "Queued"}], "Running", None, id="absent"),
+        pytest.param(
+            [{"type": "Queued"}, {"type": "Running", "status": "True"}],
+            "Running",
+            {"type": "Running", "status": "True"},
+            id="present",
+        ),
+    ],
+)
+def test_find_condition(conditions: Any, ctype: str, found: Any) -> None:
+    assert find_condition(conditions, ctype) == found

@@ -8,6 +8,7 @@ passes the time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,13 @@ MAX_MESSAGE = 32768
 def iso(t: datetime) -> str:
     """A status timestamp: RFC 3339 in UTC, whole seconds (metav1.Time)."""
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find_condition(
+    conditions: Iterable[Mapping[str, Any]] | None, ctype: str
+) -> Mapping[str, Any] | None:
+    """The condition of type `ctype`, or None: the one reader beside the one upsert."""
+    return next((cd for cd in conditions or () if cd.get("type") == ctype), None)
 
 
 def set_condition(

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from trainop.api import constants as c
-from trainop.api.conditions import MAX_MESSAGE, set_condition
+from trainop.api.conditions import MAX_MESSAGE, find_condition, set_condition
 from trainop.api.trainingjob import TrainingJobSpec
 
 GROUP = "kueue.x-k8s.io"
@@ -64,10 +64,8 @@ def workload_name(job: str, uid: str) -> str:
 
 
 def _condition(wl: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for cond in (wl.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return None
+    cond = find_condition((wl.get("status") or {}).get("conditions"), ctype)
+    return dict(cond) if cond is not None else None
 
 
 def _true(wl: Mapping[str, Any], ctype: str) -> bool:
