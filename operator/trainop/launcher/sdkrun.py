@@ -114,7 +114,20 @@ def run(env: Mapping[str, str]) -> Any:
     return fn(**body["kwargs"])
 
 
+def whole_lines() -> None:
+    """Each printed line reaches the log in one write. Under PYTHONUNBUFFERED (which the SDK
+    sets so logs() sees lines as they are printed) print() writes the text and its newline
+    in two calls; processes that share a node's log (the local backend, a pod's ranks) then
+    interleave "rank 0 step 1rank 1 step 1\n\n". Line buffering flushes at each newline
+    instead, so an O_APPEND write carries the whole line."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True, write_through=False)
+
+
 def main() -> None:
+    whole_lines()
     try:
         run(os.environ)
     except PayloadError as err:
