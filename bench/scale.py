@@ -43,14 +43,17 @@ from typing import Any
 import yaml
 
 try:  # `python bench/scale.py` puts bench/ on the path; the tests import bench.scale
+    import controlplane
     import gang_modes
     import kubeflow_baseline
 except ImportError:
-    from bench import gang_modes, kubeflow_baseline
+    from bench import controlplane, gang_modes, kubeflow_baseline
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 SEED = 11
+# The bench cluster's name (TRAINOP_BENCH_CLUSTER, or --cluster-name): several may run apart.
+CLUSTER = os.environ.get("TRAINOP_BENCH_CLUSTER", "trainop-bench")
 GPU = "nvidia.com/gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -257,18 +260,22 @@ class Client:
                     raise
                 time.sleep(0.5)
 
+    def apiserver_metrics(self) -> str:
+        """The API server's /metrics text."""
+        api = self.core.api_client
+        method, url, headers, _, _ = api.param_serialize(
+            "GET", "/metrics", auth_settings=["BearerToken"]
+        )
+        resp = api.call_api(method, url, headers, _request_timeout=60)
+        resp.read()
+        return str(resp.data.decode())
+
+    def cost_meter(self, operator_pid: int | None = None) -> controlplane.CostMeter:
+        return controlplane.CostMeter(self.apiserver_metrics, self.kubeconfig, operator_pid)
+
     def apiserver_counts(self) -> dict[str, float]:
         """Requests the apiserver served that only trainop's process makes (kopf's part)."""
-        from trainop.cluster.binaries import resolve_binaries
-
-        kubectl = str(resolve_binaries(build=False)["kubectl"])
-        raw = subprocess.run(
-            [kubectl, "--kubeconfig", self.kubeconfig, "get", "--raw", "/metrics"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout
+        raw = self.apiserver_metrics()
         out = {"trainingjob_patch": 0.0, "event_post": 0.0}
         for line in raw.splitlines():
             if not line.startswith("apiserver_request_total{"):
@@ -423,25 +430,16 @@ def summarize(policy: str, gangs: list[Gang], done: dict[str, float]) -> BurstRe
 _CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "kwok")
 
 
-def control_plane_cpu() -> dict[str, float]:
-    """CPU seconds so far of the bench cluster's own processes, by binary (kwokctl runs them
-    from a folder named after the cluster; the bench runs one cluster at a time)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError, UnicodeDecodeError):
-            continue
-        name = Path(argv0).name.removesuffix("-controller")
-        if "/clusters/trainop-bench" in argv0 and name in _CONTROL_PLANE:
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
+def control_plane_cpu(kubeconfig: str) -> dict[str, float]:
+    """CPU seconds so far of the bench cluster's own processes, by binary (from kwokctl's
+    pid files of the cluster the kubeconfig names)."""
+    pids = controlplane.cluster_pids(controlplane.cluster_dir(kubeconfig))
+    cpu = controlplane.process_cpu(pids)
+    return {name.removesuffix("-controller"): v for name, v in cpu.items()}
 
 
-def _cpu_since(before: dict[str, float]) -> dict[str, float]:
-    after = control_plane_cpu()
+def _cpu_since(kubeconfig: str, before: dict[str, float]) -> dict[str, float]:
+    after = control_plane_cpu(kubeconfig)
     used = {k: round(after.get(k, 0.0) - before.get(k, 0.0), 1) for k in _CONTROL_PLANE}
     used["total"] = round(sum(used.values()), 1)
     return used
@@ -450,12 +448,15 @@ def _cpu_since(before: dict[str, float]) -> dict[str, float]:
 def run_bare(client: Client, gangs: list[Gang], timeout: float) -> BurstResult:
     ns = "bench-bare"
     client.ensure_namespace(ns)
-    cpu0 = control_plane_cpu()
+    meter = client.cost_meter()
+    meter.sample_idle(controlplane.IDLE_SECONDS)
+    cpu0, scrape0 = control_plane_cpu(client.kubeconfig), meter.scrape()
     start = time.monotonic()
     client.create_bare_gangs(gangs, ns)
     done = wait_running(client, ns, gangs, lambda p: p.metadata.labels["gang"], start, timeout)
     result = summarize("bare pods + kube-scheduler", gangs, done)
-    result.detail["control_plane_cpu_seconds"] = _cpu_since(cpu0)
+    result.detail["control_plane_cpu_seconds"] = _cpu_since(client.kubeconfig, cpu0)
+    result.detail["cost"] = meter.burst_cost(scrape0, meter.settle())
     client.delete_namespace(ns)
     return result
 
@@ -466,19 +467,22 @@ def run_operator(
     ns = "bench-operator"
     client.ensure_namespace(ns)
     proc = ProcStat(operator_pid)
+    meter = client.cost_meter(operator_pid)
+    meter.sample_idle(controlplane.IDLE_SECONDS)
     cpu0, writes0, server0 = (
         proc.cpu_seconds(),
         metric_sum(metrics(), "trainop_api_writes_total"),
         client.apiserver_counts(),
     )
-    cp0 = control_plane_cpu()
+    cp0, scrape0 = control_plane_cpu(client.kubeconfig), meter.scrape()
     start = time.monotonic()
     client.create_jobs([training_job(g, ns) for g in gangs], ns)
     done = wait_running(
         client, ns, gangs, lambda p: p.metadata.labels["trainop.dev/job-name"], start, timeout
     )
     result = summarize("trainop operator", gangs, done)
-    control_plane = _cpu_since(cp0)
+    control_plane = _cpu_since(client.kubeconfig, cp0)
+    cost = meter.burst_cost(scrape0, meter.settle())
     after = metrics()
     writes = metric_sum(after, "trainop_api_writes_total") - writes0
     server = client.apiserver_counts()
@@ -495,6 +499,7 @@ def run_operator(
         "writes_per_job_minus_pods": round((writes + kopf_writes - pods) / len(gangs), 2),
         "admission_cycles": metric_sum(after, "trainop_admission_cycles_total"),
         "control_plane_cpu_seconds": control_plane,
+        "cost": cost,
         "writes_by_kind": {
             line.split("{", 1)[1].split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in after.splitlines()
@@ -1063,7 +1068,7 @@ def _trace_summary(policy: str, pods: list[TracePod], lat: dict[str, float]) -> 
 def trace(limit: int, hours_per_second: float, timeout: float) -> dict[str, Any]:
     from trainop.cluster.local import LocalCluster
 
-    lc = LocalCluster(name="trainop-bench")
+    lc = LocalCluster(name=CLUSTER)
     with tempfile.TemporaryDirectory() as tmp:
         lc.up(str(openb_fleet(Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
@@ -1215,7 +1220,7 @@ def cluster_with(nodes: int, rack: int, kueue: bool = False) -> Any:
 
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir = str(cluster_bin_dir(Path(tmp))) if kueue else None
-        lc = LocalCluster(name="trainop-bench-kueue" if kueue else "trainop-bench", bin_dir=bin_dir)
+        lc = LocalCluster(name=f"{CLUSTER}-kueue" if kueue else CLUSTER, bin_dir=bin_dir)
         lc.up(str(fleet_file(nodes, rack, Path(tmp) / "fleet.yaml")), wait_seconds=600)
     lc.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     _wait_established(lc, "crd/trainingjobs.trainop.dev")
@@ -1398,6 +1403,21 @@ def write_report(results: dict[str, Any]) -> None:
     ]
     (RESULTS / "scale.md").write_text("\n".join(lines))
     _plot(results)
+    write_costs(results)
+
+
+def write_costs(results: dict[str, Any]) -> None:
+    """bench/results/controlplane.{md,json}: where each burst's control-plane time went."""
+    sections = {}
+    for key in ("burst", "burst_2000", "burst_5000"):
+        b = results.get(key) or {}
+        bare = (b.get("baseline") or {}).get("detail", {}).get("cost")
+        ours = (b.get("trainop") or {}).get("detail", {}).get("cost")
+        if bare and ours:
+            title = f"Burst: {b['jobs']} jobs ({b['pods']} pods) on {b['nodes']} nodes"
+            sections[title] = {"jobs": b["jobs"], "bare": bare, "trainop": ours}
+    if sections:
+        controlplane.write(RESULTS / "controlplane.md", sections)
 
 
 def _burst_lines(b: dict[str, Any]) -> list[str]:
@@ -1512,6 +1532,11 @@ def _plot(results: dict[str, Any]) -> None:
     fig.savefig(RESULTS / "scale.png", dpi=110)
 
 
+def _set_globals(cluster: str, results: Path) -> None:
+    global CLUSTER, RESULTS
+    CLUSTER, RESULTS = cluster, results.resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
@@ -1544,7 +1569,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace-pods", type=int, default=2000)
     ap.add_argument("--trace-hours-per-second", type=float, default=24.0)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--cluster-name", default=CLUSTER, help="the bench cluster's name")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="where results go")
     args = ap.parse_args(argv)
+    _set_globals(args.cluster_name, args.results)
     RESULTS.mkdir(parents=True, exist_ok=True)  # operator logs go there from the start
     results: dict[str, Any] = {"seed": SEED, "kubeflow": KUBEFLOW_NOTE}
     if (RESULTS / "scale.json").is_file():  # keep the scenarios this run skips
