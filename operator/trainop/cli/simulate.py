@@ -4,7 +4,9 @@ The engine is `trainop.queueing.simulate` (pure; tests and the benchmark call it
 module reads the files, runs it and prints per job: submitted, admitted (first time),
 started (last run), finished, the nodes of its last run, preemptions and the reasons it
 waited, as a table or JSON; the JSON also gives each job's `placements` over time
-(`[{start, end, nodes}]`, one per run: a preempted or migrated job has several). QUEUES.yaml holds TrainingQueues and may add Namespaces (labels
+(`[{start, end, nodes}]`, one per run: a preempted or migrated job has several).
+`--plot OUT.png` also draws the timeline (cli.timeline: a Gantt chart per rack or, with
+`--plot-by queue`, per queue, and the GPUs held over time). QUEUES.yaml holds TrainingQueues and may add Namespaces (labels
 for namespaceSelector) and PriorityClasses; JOBS.yaml holds TrainingJobs with the
 trainop.dev/sim-submit-seconds / sim-duration-seconds annotations and may hold
 PriorityClasses too.
@@ -23,6 +25,7 @@ from typing import Any
 import click
 
 from trainop.cli.inputs import InputError, exit_invalid, read_documents, read_objects
+from trainop.cli.timeline import BY, PlotError, check_path, draw
 from trainop.config import ConfigError, load_operator_config
 from trainop.planner import OperatorConfig
 from trainop.queueing.simulate import JobResult, SimInputError, SimResult, simulate, split_documents
@@ -216,6 +219,20 @@ _file = click.Path(dir_okay=False, exists=True, allow_dash=True)
 @click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
+@click.option(
+    "--plot",
+    "plot_file",
+    metavar="OUT.png",
+    help="Also draw the timeline to this PNG: a Gantt chart of the runs and the GPUs held "
+    "over time (needs matplotlib).",
+)
+@click.option(
+    "--plot-by",
+    type=click.Choice(list(BY)),
+    default="rack",
+    show_default=True,
+    help="The Gantt chart's lanes: one per rack (topology level above the node) or per queue.",
+)
 def simulate_cmd(
     nodes_file: str,
     queues_file: str,
@@ -223,6 +240,8 @@ def simulate_cmd(
     config_file: str | None,
     startup_seconds: float,
     output: str,
+    plot_file: str | None,
+    plot_by: str,
 ) -> None:
     """Replay JOBS through the real queueing and placement code on NODES and QUEUES and print
     when each job was admitted, started and finished, where, and why it waited.
@@ -232,6 +251,8 @@ def simulate_cmd(
     if given.count("-") > 1:
         exit_invalid("only one input can be read from standard input ('-')")
     try:
+        if plot_file is not None:
+            check_path(plot_file)  # before the run: a bad name fails at once
         config = load_operator_config(config_file) if config_file else OperatorConfig()
         nodes = read_objects(nodes_file, "Node", "--nodes")
         docs = read_documents(queues_file) + read_documents(jobs_file)
@@ -250,8 +271,13 @@ def simulate_cmd(
         )
     except ConfigError as exc:
         exit_invalid(f"--config: {exc}")
-    except (InputError, SimInputError) as exc:
+    except (InputError, SimInputError, PlotError) as exc:
         exit_invalid(str(exc))
+    if plot_file is not None:
+        try:
+            draw(result, nodes, plot_file, plot_by, config.topology_levels)
+        except PlotError as exc:
+            exit_invalid(str(exc))
     if output == "json":
         click.echo(json.dumps(result_json(result), indent=2))
     else:
