@@ -15,8 +15,9 @@ A cycle:
      backfill threshold), then lets a burst of events settle for `debounce` seconds.
   2. Takes the inputs from the state on the event loop (bodies are replaced, never
      mutated, so these references stay valid; a job that names a runtime as merged with it,
-     one whose runtime cannot be merged left out), then runs the pure decision in a worker
-     thread so the watches keep flowing.
+     one whose runtime cannot be merged left out; each unchanged job's share kept from the
+     last cycle by `GatherMemo`), then runs the pure decision in a worker thread so the
+     watches keep flowing.
   3. Records every admitted gang as assumed (its GPUs count as used from then on) and
      stores each job's verdict; jobs whose verdict changed are reconciled.
 No decision is made before the state is synced (every watched kind listed in full at start-up).
@@ -35,7 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainop import metrics, shellrules
-from trainop.handlers.state import JobKey, ShellState, Verdict
+from trainop.handlers.state import JobKey, JobMemory, ShellState, Verdict
 from trainop.inventory.pods import BY_NAME
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import PassResult, cycle_inputs, decide
@@ -129,33 +130,114 @@ class Work:
     later: list[float] = field(default_factory=list)  # restart backoffs ending (monotonic)
 
 
-def gather(state: ShellState, config: OperatorConfig, now: datetime, started: float) -> Work:
+@dataclass
+class GatherMemo:
+    """Each job's share of the last gather, kept while nothing it read moved, so that an
+    unchanged job costs a dict lookup and a few identity checks (issue 33, part 2).
+
+    A job's share depends on its record (`JobMemory.version` moves with its body, its own
+    status writes, its pods and its assumption; `intake` with the cycle's intake of it;
+    `rejected`; `planned`, the runtime merge its gang was made from) and on what every job
+    reads (nodes, queues/namespaces/priorities/fabrics, runtimes, the config object: the
+    `stamp`; any of it moving forgets every share). Shares that depend on the clock (a
+    restart backoff) or are not final (an intake still to be made) are never kept."""
+
+    stamp: tuple[Any, ...] = ()
+    keys: list[JobKey] = field(default_factory=list)  # the jobs, sorted
+    keyset: set[JobKey] = field(default_factory=set)
+    entries: dict[JobKey, tuple[Any, ...]] = field(default_factory=dict)
+
+    def begin(self, state: ShellState, config: OperatorConfig) -> None:
+        stamp = (state.node_revision, state.inputs_revision, state.runtimes_revision)
+        if not self.stamp or self.stamp[0] != stamp or self.stamp[1] is not config:
+            self.stamp, self.entries = (stamp, config), {}
+        if self.keyset != state.jobs.keys():
+            self.keyset = set(state.jobs)
+            self.keys = sorted(self.keyset)
+            for gone in [k for k in self.entries if k not in self.keyset]:
+                del self.entries[gone]
+
+
+def gather(
+    state: ShellState,
+    config: OperatorConfig,
+    now: datetime,
+    started: float,
+    memo: GatherMemo | None = None,
+) -> Work:
     """The cycle's inputs from the state, on the event loop (bodies are replaced, never
-    mutated, so the references stay valid while the decision runs in a worker thread)."""
+    mutated, so the references stay valid while the decision runs in a worker thread).
+    With `memo` (the loop's, kept across cycles), an unchanged job's share is reused."""
+    memo = memo if memo is not None else GatherMemo()
+    memo.begin(state, config)
     work = Work()
-    for key in sorted(state.jobs):
-        mem = state.jobs[key]
-        body = mem.newest()
-        if body is None or state.is_rejected(key, body) or state.going_away(key):
-            continue
-        resolved = state.resolution(key)  # merged with its runtime (spec.runtimeRef)
-        if not isinstance(resolved, Resolved):
-            continue  # its runtime is missing or invalid: it waits out of line, with no pods
-        body = resolved.body
-        wait = _backoff_left(body, config, now)
-        if wait > 0:
-            work.later.append(started + wait)
-            continue
-        work.bodies.append(body)
-        work.signatures[key] = signature = (key, state.intake_signature(key), config)
-        kept = mem.intake
-        if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
-            work.known[key] = kept[1]
-            continue
-        work.pods[key] = state.job_pods(key, body["metadata"].get("uid"))
-        if mem.assumed is not None:
-            work.assumed[key] = state.assumed_holding(key)
+    entries, jobs = memo.entries, state.jobs
+    for key in memo.keys:
+        mem = jobs[key]
+        kept = entries.get(key)
+        if (
+            kept is not None
+            and kept[0] is mem
+            and kept[1] == mem.version
+            and kept[2] is mem.intake
+            and kept[3] == (mem.rejected, mem.rejected_generation)
+            and kept[4] is mem.planned
+        ):
+            share = kept[5]
+        else:
+            share, final = _share(state, key, mem, config, now, started, work)
+            if final:
+                entries[key] = (
+                    mem,
+                    mem.version,
+                    mem.intake,
+                    (mem.rejected, mem.rejected_generation),
+                    mem.planned,
+                    share,
+                )
+            else:
+                entries.pop(key, None)
+                continue
+        if share is not None:
+            work.bodies.append(share[0])
+            work.signatures[key] = share[1]
+            work.known[key] = share[2]
     return work
+
+
+def _share(
+    state: ShellState,
+    key: JobKey,
+    mem: JobMemory,
+    config: OperatorConfig,
+    now: datetime,
+    started: float,
+    work: Work,
+) -> tuple[tuple[Any, ...] | None, bool]:
+    """One job's share of the gather: (body, signature, kept intake) when it is in line
+    with an intake kept from an earlier cycle, None when it is out of line; and whether
+    that is final (else it went into `work` directly: backoff, or an intake to make)."""
+    body = mem.newest()
+    if body is None or state.is_rejected(key, body) or state.going_away(key):
+        return None, True
+    resolved = state.resolution(key)  # merged with its runtime (spec.runtimeRef)
+    if not isinstance(resolved, Resolved):
+        return None, True  # its runtime is missing or invalid: it waits out of line
+    body = resolved.body
+    wait = _backoff_left(body, config, now)
+    if wait > 0:
+        work.later.append(started + wait)
+        return None, False
+    signature = (key, state.intake_signature(key), config)
+    kept = mem.intake
+    if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
+        return (body, signature, kept[1]), True
+    work.bodies.append(body)
+    work.signatures[key] = signature
+    work.pods[key] = state.job_pods(key, body["metadata"].get("uid"))
+    if mem.assumed is not None:
+        work.assumed[key] = state.assumed_holding(key)
+    return None, False
 
 
 class AdmissionLoop:
@@ -183,6 +265,7 @@ class AdmissionLoop:
         self.cycles = 0
         self.last_cycle_seconds = 0.0
         self.tails = TailMemo()  # waiting tails kept across cycles (queueing.tail)
+        self.gathered = GatherMemo()  # each job's share of the last gather
         state.on_change = self.wake.set
 
     async def run(self) -> None:
@@ -216,7 +299,7 @@ class AdmissionLoop:
             # verdicts, assumptions or evictions of trainop's own.
             return None
         state.expire(started)
-        work = gather(state, config, now, started)
+        work = gather(state, config, now, started, self.gathered)
         inputs = cycle_inputs(
             list(state.queues.values()), dict(state.namespaces), dict(state.priorities)
         )
