@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
         log(f"wrote {args.out / 'fairness.md'}")
         return 0
     if args.migration_only:
-        migration.write(migration.compare(args.smoke, log), args.out)
+        args.out.mkdir(parents=True, exist_ok=True)
+        migration.write(migration.compare(args.smoke, log, migration.plot_path(args.out)), args.out)
         log(f"wrote {args.out / 'placement-migration.md'}")
         return 0
     if args.elastic_only:
@@ -180,7 +181,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] = print) 
     written = plots(report, args.out)
     elastic.write(elastic.compare(args.smoke, log), args.out)
     written.append("placement-elastic.md")
-    migration.write(migration.compare(args.smoke, log), args.out)
+    migration.write(migration.compare(args.smoke, log, migration.plot_path(args.out)), args.out)
     written.append("placement-migration.md")
     fairness.write(fairness.compare(args.smoke, log), args.out)
     written.append("fairness.md")

@@ -38,6 +38,7 @@ from typing import Any
 from bench.placement import fleets, workloads
 from bench.placement.policies import factory, lower_bound, place
 
+from trainop.cli.timeline import draw
 from trainop.inventory import build_snapshot
 from trainop.placement import Placement
 from trainop.planner import MigrationPolicy, OperatorConfig
@@ -46,6 +47,7 @@ from trainop.queueing import SimResult, simulate
 LOADS = (0.9, 1.2)
 COUNT = 400
 SMOKE_COUNT = 16
+SPOT_COUNT = 300
 COMM_SHARE = 0.3
 MOVE_SECONDS = 300.0
 # The runs compared: off, the operator defaults, and more moves at once (the simulator
@@ -54,7 +56,9 @@ VARIANTS = {
     "without": MigrationPolicy(),
     "with": MigrationPolicy(enabled=True),
     "with, 4 at once": MigrationPolicy(enabled=True, max_in_flight=4),
+    "consolidate, 4 at once": MigrationPolicy(enabled=True, max_in_flight=4, consolidate=True),
 }
+PLOTTED = "consolidate, 4 at once"
 
 
 def checkpointing(jobs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -91,6 +95,9 @@ def measure(
     last, timed = [], []
     useful = 0.0
     moves, gains = 0, []
+    # (the gang moved for, when) -> [realised gain, cost (GPU-seconds), gangs moved]: a
+    # consolidation's moves are one decision, judged together.
+    decisions: dict[tuple[str, float | None], list[float]] = {}
     for j in ran:
         bound = lower.get(j.key)
         multi = bound is not None and bound.allreduce is not None and len(bound.nodes) > 1
@@ -112,6 +119,10 @@ def measure(
                 after = nxt.allreduce_seconds / ideal if nxt.allreduce_seconds and ideal else ratio
                 done_after = max(0.0, (nxt.ended or end) - nxt.started) / _slowdown(after)
                 gains.append(COMM_SHARE * (ratio - after) * done_after)
+                decision = decisions.setdefault((r.moved_for or j.key, r.ended), [0.0, 0.0, 0])
+                decision[0] += gains[-1] * j.gpus
+                decision[1] += MOVE_SECONDS * j.gpus
+                decision[2] += 1
         if multi and span > 0:
             timed.append(weighted / span)
             final = j.runs[-1]
@@ -132,73 +143,124 @@ def measure(
         "share_moves_gain_2x_cost": (
             round(sum(1 for g in gains if g >= 2 * MOVE_SECONDS) / len(gains), 3) if gains else None
         ),
+        "consolidations": sum(1 for d in decisions.values() if d[2] > 1),
+        "share_decisions_gain_2x_cost": (
+            round(sum(1 for d in decisions.values() if d[0] >= 2 * d[1]) / len(decisions), 3)
+            if decisions
+            else None
+        ),
     }
 
 
-def compare(smoke: bool, log: Callable[[str], None] = print) -> dict[str, Any]:
-    fleet = fleets.h100_grid(2, 2, 4) if smoke else fleets.h100_grid()
+def _workloads(smoke: bool) -> list[tuple[str, fleets.Fleet, Callable[[float], list[Any]]]]:
+    """(name, fleet, jobs at a load): (a)'s synthetic gangs on the H100 grid and (c)'s gangs
+    on the spot fleet's 8-GPU products (bench/placement/workloads.py)."""
+    grid = fleets.h100_grid(2, 2, 4) if smoke else fleets.h100_grid()
+    spot = fleets.spot(limit=40 if smoke else None)
     count = SMOKE_COUNT if smoke else COUNT
+    spot_count = SMOKE_COUNT if smoke else SPOT_COUNT
+    return [
+        ("synthetic", grid, lambda load: workloads.synthetic(count, load, grid)),
+        ("spot", spot, lambda load: workloads.spot_gangs(spot_count, load, spot)),
+    ]
+
+
+def compare(
+    smoke: bool, log: Callable[[str], None] = print, plot: Path | None = None
+) -> dict[str, Any]:
+    """Every workload x load x variant; `plot`: draw the timeline of the synthetic workload
+    at 90% with consolidation there (trainop simulate --plot's picture)."""
     report: dict[str, Any] = {
         "meta": {
-            "fleet": fleet.name,
-            "jobs": count,
+            "jobs": SMOKE_COUNT if smoke else {"synthetic": COUNT, "spot": SPOT_COUNT},
             "comm_share": COMM_SHARE,
             "move_seconds": MOVE_SECONDS,
             "policy": "migration: {enabled: true} (defaults: gain >= 2x cost, 1 in flight, 1 h "
-            "window), and the same with maxInFlight 4",
+            "window), the same with maxInFlight 4, and with consolidate: true and maxInFlight 4",
         },
-        "loads": {},
+        "workloads": {},
     }
-    for load in LOADS:
-        jobs = checkpointing(workloads.synthetic(count, load, fleet))
-        lower = lower_bound(jobs, build_snapshot(list(fleet.nodes)), OperatorConfig().cost)
-        row: dict[str, Any] = {}
-        for name, policy in VARIANTS.items():
-            config = OperatorConfig(migration=policy)
-            t0 = time.perf_counter()
-            result = simulate(
-                list(fleet.nodes),
-                [],
-                jobs,
-                config=config,
-                placer=factory(place),
-                comm_share=COMM_SHARE,
-                move_seconds=MOVE_SECONDS,
-            )
-            row[name] = {
-                **measure(result, fleet, lower),
-                "wall_s": round(time.perf_counter() - t0, 1),
-            }
-            log(f"migration {load:.0%} {name:8} {row[name]}")
-        report["loads"][f"{load:.0%}"] = row
+    for name, fleet, make in _workloads(smoke):
+        report["meta"].setdefault("fleets", {})[name] = fleet.name
+        loads: dict[str, Any] = {}
+        for load in LOADS:
+            jobs = checkpointing(make(load))
+            lower = lower_bound(jobs, build_snapshot(list(fleet.nodes)), OperatorConfig().cost)
+            row, results = _row(fleet, jobs, lower, f"{name} {load:.0%}", log)
+            loads[f"{load:.0%}"] = row
+            if plot is not None and name == "synthetic" and load == LOADS[0]:
+                draw(results[PLOTTED], fleet.nodes, str(plot), "rack")
+        report["workloads"][name] = loads
     return report
+
+
+def _row(
+    fleet: fleets.Fleet,
+    jobs: list[dict[str, Any]],
+    lower: Mapping[str, Placement | None],
+    label: str,
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], dict[str, SimResult]]:
+    row: dict[str, Any] = {}
+    results: dict[str, SimResult] = {}
+    for variant, policy in VARIANTS.items():
+        t0 = time.perf_counter()
+        result = simulate(
+            list(fleet.nodes),
+            [],
+            jobs,
+            config=OperatorConfig(migration=policy),
+            placer=factory(place),
+            comm_share=COMM_SHARE,
+            move_seconds=MOVE_SECONDS,
+        )
+        row[variant] = {
+            **measure(result, fleet, lower),
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+        results[variant] = result
+        log(f"migration {label} {variant:24} {row[variant]}")
+    return row, results
 
 
 def table(report: Mapping[str, Any]) -> str:
     meta = report["meta"]
     lines = [
-        "# Migration: the synthetic workload with and without moving running gangs",
+        "# Migration: the synthetic and spot workloads with and without moving running gangs",
         "",
-        f"{meta['jobs']} synthetic gangs on {meta['fleet']}, trainop's placer, topology-aware "
-        f"waiting 1800 s, comm_share {meta['comm_share']}; a move costs {meta['move_seconds']:.0f} "
-        f"s; {meta['policy']}. See bench/placement/migration.py for each metric.",
+        f"Jobs {meta['jobs']} on {meta['fleets']}, trainop's placer, topology-aware waiting "
+        f"1800 s, comm_share {meta['comm_share']}; a move costs {meta['move_seconds']:.0f} s; "
+        f"{meta['policy']}. See bench/placement/migration.py for each metric. Decisions: a "
+        "move, or a consolidation's moves together (the gangs that step aside and the gang "
+        "they make room for), judged in GPU-seconds.",
         "",
-        "| load | migration | allreduce / lower bound (last placement) | (time-weighted) "
-        "| mean wait | useful util. | moves | moves/h | summed cost | realised gain "
-        "| moves with gain >= 2x cost |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | load | migration | allreduce / lower bound (last placement) "
+        "| (time-weighted) | mean wait | useful util. | moves | moves/h | summed cost "
+        "| realised gain | moves with gain >= 2x cost | consolidations "
+        "| decisions with gain >= 2x cost |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for load, row in report["loads"].items():
-        for name in VARIANTS:
-            m = row[name]
-            share = m["share_moves_gain_2x_cost"]
-            lines.append(
-                f"| {load} | {name} | {m['allreduce_ratio_last']}x | {m['allreduce_ratio_time']}x "
-                f"| {m['wait_s_mean']:.0f} s | {m['useful_utilisation']} | {m['moves']} "
-                f"| {m['moves_per_hour']} | {m['move_cost_s']:.0f} s | {m['realised_gain_s']:.0f} s "
-                f"| {'-' if share is None else f'{share:.0%}'} |"
-            )
+    for workload, loads in report["workloads"].items():
+        for load, row in loads.items():
+            for name in VARIANTS:
+                m = row[name]
+                lines.append(
+                    f"| {workload} | {load} | {name} | {m['allreduce_ratio_last']}x "
+                    f"| {m['allreduce_ratio_time']}x | {m['wait_s_mean']:.0f} s "
+                    f"| {m['useful_utilisation']} | {m['moves']} | {m['moves_per_hour']} "
+                    f"| {m['move_cost_s']:.0f} s | {m['realised_gain_s']:.0f} s "
+                    f"| {_share(m['share_moves_gain_2x_cost'])} | {m['consolidations']} "
+                    f"| {_share(m['share_decisions_gain_2x_cost'])} |"
+                )
     return "\n".join(lines) + "\n"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def plot_path(out: Path) -> Path:
+    return out / "placement-migration-timeline.png"
 
 
 def write(report: Mapping[str, Any], out: Path) -> None:

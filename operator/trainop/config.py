@@ -24,7 +24,7 @@ The shape, every key optional:
     kubeflowTrainerStatus: true  # false: progress-wired pods get no KUBEFLOW_TRAINER_SERVER_* (docs/progress.md)
     progress: {url: https://trainop-progress.trainop-system.svc:8082/v1/progress, intervalSeconds: 10, caBundle: ""}
                                  # the report channel pods are wired to (`trainop run --progress-url` wins)
-    migration: {enabled: false, gainMultiple: 2, defaultCostSeconds: 300, maxInFlight: 1, windowSeconds: 3600}
+    migration: {enabled: false, gainMultiple: 2, defaultCostSeconds: 300, maxInFlight: 1, windowSeconds: 3600, consolidate: false}
                                  # move running gangs that checkpoint to a better placement (docs/placement-cost.md)
 
 `trainop render --config` reads it, so a render uses the cluster's own settings. Pure apart
@@ -236,16 +236,19 @@ _MIGRATION_KEYS = {
 
 
 def _migration(value: Any) -> MigrationPolicy:
-    known = ", ".join(["enabled", *_MIGRATION_KEYS])
+    known = ", ".join(["enabled", "consolidate", *_MIGRATION_KEYS])
     if not isinstance(value, Mapping):
         raise ConfigError(f"migration: must be a mapping with {known}")
-    unknown = sorted(set(value) - {"enabled", *_MIGRATION_KEYS})
+    unknown = sorted(set(value) - {"enabled", "consolidate", *_MIGRATION_KEYS})
     if unknown:
         raise ConfigError(f"migration.{unknown[0]}: unknown key; known keys: {known}")
     enabled = value.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError(f"migration.enabled: must be true or false, got {enabled!r}")
-    kwargs: dict[str, Any] = {"enabled": enabled}
+    consolidate = value.get("consolidate", False)
+    if not isinstance(consolidate, bool):
+        raise ConfigError(f"migration.consolidate: must be true or false, got {consolidate!r}")
+    kwargs: dict[str, Any] = {"enabled": enabled, "consolidate": consolidate}
     for key, attr in _MIGRATION_KEYS.items():
         if key in value:
             number = _number(f"migration.{key}", value[key])
@@ -256,6 +259,11 @@ def _migration(value: Any) -> MigrationPolicy:
                     )
                 number = int(number)
             kwargs[attr] = number
+    if consolidate and kwargs.get("max_in_flight", 1) < 2:
+        raise ConfigError(
+            "migration.consolidate: moves two gangs at once at least; set migration.maxInFlight "
+            "to 2 or more"
+        )
     return MigrationPolicy(**kwargs)
 
 

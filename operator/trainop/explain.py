@@ -10,6 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainop.api.constants import ANNOTATION_MIN_RUN
+from trainop.queueing.preemption import class_min_run
+
 
 def _cond_lines(status: Mapping[str, Any]) -> list[str]:
     out = []
@@ -164,21 +167,38 @@ def _runtime_lines(spec: Mapping[str, Any], status: Mapping[str, Any]) -> list[s
     return [line]
 
 
-def _protection_lines(queue: Mapping[str, Any] | None, status: Mapping[str, Any]) -> list[str]:
-    """A running job's guaranteed minimum run (its queue's spec.preemption.minRunSeconds):
-    from when it may be a preemption (or migration) victim."""
-    least = ((queue or {}).get("spec") or {}).get("preemption", {}).get("minRunSeconds") or 0
+def _protection_lines(
+    queue: Mapping[str, Any] | None,
+    status: Mapping[str, Any],
+    priority_class: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """A running job's guaranteed minimum run: the stricter of its queue's
+    spec.preemption.minRunSeconds and its PriorityClass's trainop.dev/min-run-seconds (the
+    queue's on a tie), from when it may be a preemption (or migration) victim, and which."""
+    by_queue = ((queue or {}).get("spec") or {}).get("preemption", {}).get("minRunSeconds") or 0
+    meta = (priority_class or {}).get("metadata") or {}
+    try:
+        by_class = class_min_run(str(meta.get("name")), meta.get("annotations"))
+    except ValueError as exc:  # the operator counts it as none
+        return [f"Protected:  none from its PriorityClass: {exc}"]
     start = status.get("startTime")
-    if not least or not start or status.get("phase") != "Running":
+    if not (by_queue or by_class) or not start or status.get("phase") != "Running":
         return []
+    if by_class > by_queue:
+        least, rule = (
+            by_class,
+            f"PriorityClass {meta.get('name')} {ANNOTATION_MIN_RUN} {by_class:g}",
+        )
+    else:
+        least, rule = float(by_queue), f"queue minRunSeconds {by_queue}"
     try:
         since = datetime.strptime(str(start), "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return []
-    until = (since + timedelta(seconds=int(least))).strftime("%Y-%m-%dT%H:%M:%SZ")
+    until = (since + timedelta(seconds=least)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return [
         f"Protected:  no preemption or migration victim before {until} "
-        f"(queue minRunSeconds {least} from its start {start})"
+        f"({rule} from its start {start})"
     ]
 
 
@@ -195,8 +215,10 @@ def explain_text(
     events: Sequence[Mapping[str, Any]],
     queue: Mapping[str, Any] | None,
     ancestors: Sequence[Mapping[str, Any]] = (),
+    priority_class: Mapping[str, Any] | None = None,
 ) -> str:
-    """One screen about a job; `ancestors`: its queue's parent, grandparent, ... (a tree)."""
+    """One screen about a job; `ancestors`: its queue's parent, grandparent, ... (a tree);
+    `priority_class`: its spec.priorityClassName's object (its guaranteed minimum run)."""
     meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status") or {}
     fw = spec.get("framework", {})
     lines = [
@@ -238,7 +260,7 @@ def explain_text(
         if imex:  # a gang across the trays of one NVLink clique (docs/mnnvl.md)
             lines.append(f"  multi-node NVLink: {_IMEX.get(imex, imex)}")
     lines += _progress_lines(status)
-    lines += _protection_lines(queue, status)
+    lines += _protection_lines(queue, status, priority_class)
     if status.get("restartCount"):
         lines.append(
             f"Restarts:   {status['restartCount']} (backoffLimit "

@@ -61,6 +61,7 @@ from trainop.manifests import (
 )
 from trainop.nccl import FabricMismatch, NcclSettings, nccl_settings, select_profile
 from trainop.placement import FabricCost, GangRequest, GroupRequest, NoFit, Placement
+from trainop.placement.constraints import terms_met
 from trainop.placement.engine import CLIQUE as CLIQUE_LEVEL
 from trainop.placement.engine import level_names
 from trainop.workload import (
@@ -83,6 +84,9 @@ class MigrationPolicy:
     default_cost_seconds: float = 300.0  # a move's cost before the job has a measured one
     max_in_flight: int = 1  # moves under way at once (checkpointing or restarting)
     window_seconds: float = 3600.0  # never the same job twice within this
+    # Also move smaller gangs out of a domain so that a spread gang can move into it
+    # whole (queueing.migration's consolidation); each such move counts as a move.
+    consolidate: bool = False
 
 
 @dataclass(frozen=True)
@@ -963,7 +967,7 @@ def _pod_plans(
                 shm_size=tuned.shm_size if tuned else None,
                 annotations=annotations,
                 command_prefix=tuple((wiring.command_for or {}).get(a.role, ())),
-                compat_terms=compat if a.gpus else cpu_pod_terms,
+                compat_terms=_pinned_terms(compat, snapshot, a.node) if a.gpus else cpu_pod_terms,
                 node_object=a.node,
                 gpu_resource=gpu_resource,
                 mount_config=mount_config,
@@ -973,6 +977,13 @@ def _pod_plans(
     if config.gang_scheduling == KUBERNETES:  # kube-scheduler picks the nodes
         return _unpinned(pod_plans, spec, choice, snapshot, config)
     return pod_plans
+
+
+def _pinned_terms(
+    compat: tuple[Mapping[str, Any], ...], snapshot: Snapshot, node: str | None
+) -> tuple[Mapping[str, Any], ...]:
+    """A pinned GPU pod's compatibility terms: the one its node meets (docs/operator.md)."""
+    return terms_met(compat, snapshot.node(node)) if compat and node is not None else compat
 
 
 def _arch_terms(placement: Placement, snapshot: Snapshot) -> tuple[Mapping[str, Any], ...]:

@@ -42,16 +42,29 @@ def test_smoke_run_writes_results(tmp_path: Path) -> None:
 
 
 def test_migration_runs_write_the_table(tmp_path: Path) -> None:
-    """`--migration-only` (issue 37): with and without migration at 90% and 120% load."""
+    """`--migration-only` (issue 37): with and without migration (and consolidation) at 90% and
+    120% load, on the synthetic and spot workloads; the timeline PNG."""
     lines: list[str] = []
     assert main(["--smoke", "--migration-only", "--out", str(tmp_path)], log=lines.append) == 0
     report = json.loads((tmp_path / "placement-migration.json").read_text())
-    assert set(report["loads"]) == {"90%", "120%"}
-    for row in report["loads"].values():
-        assert row["without"]["moves"] == 0
-        for m in row.values():
-            assert {"allreduce_ratio_time", "moves_per_hour", "realised_gain_s"} <= set(m)
-    assert "| 90% | with |" in (tmp_path / "placement-migration.md").read_text()
+    assert set(report["workloads"]) == {"synthetic", "spot"}
+    for loads in report["workloads"].values():
+        assert set(loads) == {"90%", "120%"}
+        for row in loads.values():
+            assert row["without"]["moves"] == 0
+            for m in row.values():
+                assert {
+                    "allreduce_ratio_time",
+                    "moves_per_hour",
+                    "realised_gain_s",
+                    "share_decisions_gain_2x_cost",
+                } <= set(m)
+    table = (tmp_path / "placement-migration.md").read_text()
+    assert (
+        "| synthetic | 90% | with |" in table
+        and "| spot | 120% | consolidate, 4 at once |" in table
+    )
+    assert (tmp_path / "placement-migration-timeline.png").stat().st_size > 10_000
 
 
 def test_fairness_runs_write_the_table_and_plot(tmp_path: Path) -> None:

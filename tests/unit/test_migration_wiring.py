@@ -34,6 +34,17 @@ from trainop.reconcile import ADMIT_ALL, iso, reconcile
             MigrationPolicy(True, 3.0, 60.0, 2, 600.0),
             id="every-key",
         ),
+        pytest.param(
+            {"enabled": True, "maxInFlight": 4, "consolidate": True},
+            MigrationPolicy(True, max_in_flight=4, consolidate=True),
+            id="consolidate",
+        ),
+        pytest.param(
+            {"consolidate": "yes"}, "migration.consolidate: must be true or false", id="bad-cons"
+        ),
+        pytest.param(
+            {"consolidate": True}, "set migration.maxInFlight to 2 or more", id="cons-one-slot"
+        ),
         pytest.param({"enabled": "yes"}, "migration.enabled: must be true or false", id="bad-bool"),
         pytest.param({"enable": True}, "migration.enable: unknown key", id="misspelt-key"),
         pytest.param({"maxInFlight": 0}, "migration.maxInFlight: must be a whole", id="zero-slots"),

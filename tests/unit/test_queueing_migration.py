@@ -303,3 +303,99 @@ def test_waiting_gang_gain(waiter: QueuedJob, steps_left: int | None, rule: str 
     else:
         assert plan.moves == ()
         assert plan.refusals["q/m"].rule == rule, plan.refusals["q/m"].message
+
+
+# --- consolidation: smaller gangs step aside so that a spread gang moves in whole ---------
+# A third rack rc (c0, c1). q/m holds a0 + b0; q/s (8 GPUs, movable) holds a1; q/x holds b1
+# and q/y c1 (neither checkpoints). No rack is free for q/m; once q/s moves to c0, ra is.
+CONSOLIDATE = replace(ON, consolidate=True, max_in_flight=2)
+
+
+def _consolidation_fleet() -> list[dict[str, Any]]:
+    third = [node(n).gpus(8).product(H100).rack("rc").block("b").build() for n in ("c0", "c1")]
+    return _fleet() + third
+
+
+def _small(**kw: Any) -> Mover:
+    one_node = rack_placer(_running("q/s", "a1"), build_snapshot(_fleet()), None)
+    assert isinstance(one_node, Fit) and one_node.allreduce is not None
+    base = Mover(
+        job=_running("q/s", "a1"),
+        checkpoints=True,
+        allreduce=one_node.allreduce.seconds,  # on any one node: it loses nothing by moving
+        steps_left=10,
+    )
+    return replace(base, **kw)
+
+
+def _consolidate(
+    small: Mover | None = None,
+    *,
+    policy: MigrationPolicy = CONSOLIDATE,
+    c0_taken: bool = False,
+    queues: tuple[QueueState, ...] = (),
+    waiting: tuple[QueuedJob, ...] = (),
+    m: Mover | None = None,
+) -> MigrationPlan:
+    small = small or _small()
+    m = m or _mover()
+    held = {"a0": 8, "b0": 8, "a1": 8, "b1": 8, "c1": 8, **({"c0": 8} if c0_taken else {})}
+    fixed = [
+        Mover(job=_running(k, n), checkpoints=False) for k, n in (("q/x", "b1"), ("q/y", "c1"))
+    ]
+    snap = build_snapshot(_consolidation_fleet()).with_reserved(held)
+    qs = {q.name: q for q in (queues or (queue("q").state(),))}
+    return plan_moves(NOW, [m, small, *fixed], snap, rack_placer, qs, policy, waiting)
+
+
+def test_smaller_gang_steps_aside_for_a_spread_one() -> None:
+    plan = _consolidate()
+    aside, move = plan.moves
+    assert (aside.key, aside.destination, aside.makes_room_for) == ("q/s", ("c0",), "q/m")
+    assert move.key == "q/m" and set(move.destination) == {"a0", "a1"}
+    assert move.room == (aside,)
+    assert move.gain == pytest.approx(PER_STEP * 1_000_000)
+    # m's own cost plus q/s's, weighed by its GPUs (8 of m's 16)
+    assert move.cost == pytest.approx(ON.default_cost_seconds * 1.5)
+    assert "once q/s step aside" in move.message and "making room for q/m" in aside.message
+    # c0 is taken for q/s; a1 (q/s's until it leaves) is q/m's once it does
+    assert plan.snapshot is not None
+    assert plan.snapshot.node("c0").gpus_free == 0 and plan.snapshot.node("a1").gpus_free == 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "rule"),
+    [
+        pytest.param({"policy": ON}, NO_BETTER_PLACEMENT, id="consolidate-off"),
+        pytest.param(
+            {"policy": replace(ON, consolidate=True)}, NO_BETTER_PLACEMENT, id="one-slot-only"
+        ),
+        pytest.param(
+            {"small": _small(checkpoints=False)}, NO_BETTER_PLACEMENT, id="blocker-cannot-move"
+        ),
+        pytest.param({"c0_taken": True}, NO_BETTER_PLACEMENT, id="no-room-for-the-blocker"),
+        pytest.param({"m": _mover(steps_left=1)}, NO_BETTER_PLACEMENT, id="does-not-pay"),
+        pytest.param(
+            {
+                "small": _small(job=_running("q/s", "a1", started=NOW - 10)),
+                "queues": (queue("q").preemption(minRunSeconds=600).state(),),
+            },
+            NO_BETTER_PLACEMENT,
+            id="blocker-within-min-run",
+        ),
+        pytest.param(
+            {"small": _small(job=_running("q/s", "a1", "c0"))},
+            NO_BETTER_PLACEMENT,
+            id="blocker-not-smaller",
+        ),
+        pytest.param(
+            {"waiting": (_waiter(prio=5, run=None),)},
+            HIGHER_PRIORITY_WAITS,
+            id="higher-priority-waits",
+        ),
+    ],
+)
+def test_consolidation_refused(kw: dict[str, Any], rule: str) -> None:
+    plan = _consolidate(**kw)
+    assert plan.moves == ()
+    assert plan.refusals["q/m"].rule == rule

@@ -57,6 +57,9 @@ ANNOTATION_RESTART_COUNT = (
     "trainop.dev/restart-count"  # on pods: the gang generation they belong to
 )
 ANNOTATION_SPEC_HASH = "trainop.dev/spec-hash"
+# On a PriorityClass: its jobs are no preemption or migration victim before their gang ran
+# this many seconds (as a TrainingQueue's spec.preemption.minRunSeconds; the stricter applies).
+ANNOTATION_MIN_RUN = "trainop.dev/min-run-seconds"
 # Fake-node lifecycle (local cluster only, honoured by the KWOK stages trainop ships):
 ANNOTATION_FAKE_EXIT_CODE = (
     "trainop.dev/fake-exit-code"  # "0" succeeds, other values fail with that code

@@ -1,4 +1,7 @@
-"""`trainop explain NAME -n NS`: why a TrainingJob is pending, or where it runs, on one screen."""
+"""`trainop explain NAME -n NS`: why a TrainingJob is pending, or where it runs, on one screen.
+
+It reads the job, its pods, events, queue (and the queue's ancestors) and its PriorityClass
+through trainop.kube.reads; trainop.explain writes the screen."""
 
 from __future__ import annotations
 
@@ -27,4 +30,13 @@ def explain(name: str, namespace: str, kubeconfig: str | None) -> None:
     if ctx is None:
         click.echo(f"error: TrainingJob {namespace}/{name} not found", err=True)
         sys.exit(1)
-    click.echo(explain_text(ctx["job"], ctx["pods"], ctx["events"], ctx["queue"], ctx["ancestors"]))
+    click.echo(
+        explain_text(
+            ctx["job"],
+            ctx["pods"],
+            ctx["events"],
+            ctx["queue"],
+            ctx["ancestors"],
+            ctx.get("priority_class"),
+        )
+    )

@@ -28,7 +28,14 @@ from trainop.cli.inputs import InputError, exit_invalid, read_documents, read_ob
 from trainop.cli.timeline import BY, PlotError, check_path, draw
 from trainop.config import ConfigError, load_operator_config
 from trainop.planner import OperatorConfig
-from trainop.queueing.simulate import JobResult, SimInputError, SimResult, simulate, split_documents
+from trainop.queueing.simulate import (
+    JobResult,
+    SimInputError,
+    SimResult,
+    class_min_runs,
+    simulate,
+    split_documents,
+)
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 
@@ -257,6 +264,7 @@ def simulate_cmd(
         nodes = read_objects(nodes_file, "Node", "--nodes")
         docs = read_documents(queues_file) + read_documents(jobs_file)
         queues, jobs, namespaces, classes, default = split_documents(docs)
+        min_runs = class_min_runs(docs)
         if not jobs:
             raise InputError(f"--jobs {jobs_file}: no TrainingJob document")
         result = simulate(
@@ -268,6 +276,7 @@ def simulate_cmd(
             default_priority=default,
             config=config,
             startup_seconds=startup_seconds,
+            min_runs=min_runs,
         )
     except ConfigError as exc:
         exit_invalid(f"--config: {exc}")

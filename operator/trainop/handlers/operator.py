@@ -333,7 +333,7 @@ _MIRRORED: tuple[tuple[str, Callable[[ShellState, kopf.Body], Any], Callable[...
     ("namespaces", ShellState.upsert_namespace, ShellState.remove_namespace),
     (
         "priorityclasses.scheduling.k8s.io",
-        lambda s, b: s.upsert_priority(b["metadata"]["name"], int(b.get("value") or 0)),
+        ShellState.upsert_priority_class,
         ShellState.remove_priority,
     ),
     ("fabricprofiles.trainop.dev", _upsert_fabric, ShellState.remove_fabric),

@@ -301,7 +301,10 @@ class AdmissionLoop:
         state.expire(started)
         work = gather(state, config, now, started, self.gathered)
         inputs = cycle_inputs(
-            list(state.queues.values()), dict(state.namespaces), dict(state.priorities)
+            list(state.queues.values()),
+            dict(state.namespaces),
+            dict(state.priorities),
+            dict(state.min_runs),
         )
         snapshot = state.snapshot()
         gathered = time.monotonic()

@@ -57,6 +57,7 @@ from trainop.inventory import NodeInfo, Snapshot, is_terminated, node_info, pod_
 from trainop.inventory.pods import BY_HOSTNAME, BY_NAME, is_gated
 from trainop.queueing.model import JobDecision, key_of
 from trainop.queueing.planning import memo_job
+from trainop.queueing.preemption import class_min_run
 from trainop.reconcile import Admission
 from trainop.runtimes import Resolved, RuntimeKey, RuntimeProblem, resolve_live, runtime_key
 
@@ -325,6 +326,7 @@ class ShellState:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     terminating: set[str] = field(default_factory=set)  # namespaces being deleted
     priorities: dict[str, int] = field(default_factory=dict)
+    min_runs: dict[str, float] = field(default_factory=dict)  # PriorityClass -> min run (s)
     fabrics: dict[str, FabricProfile] = field(default_factory=dict)
     # externalQueue: kueue (handlers.kueue): ResourceFlavors' nodeLabels, and the values of
     # WorkloadPriorityClasses. Each job's Workload is in its record.
@@ -697,12 +699,28 @@ class ShellState:
         uid = body["metadata"].get("uid") if body is not None else None
         return not any(not p["metadata"].get("deletionTimestamp") for p in self.job_pods(key, uid))
 
-    def upsert_priority(self, name: str, value: int) -> None:
-        if self.priorities.get(name) != value:
+    def upsert_priority(self, name: str, value: int, min_run: float = 0.0) -> None:
+        if self.priorities.get(name) != value or self.min_runs.get(name, 0.0) != min_run:
             self.priorities[name] = value
+            if min_run > 0:
+                self.min_runs[name] = min_run
+            else:
+                self.min_runs.pop(name, None)
             self._changed_inputs()
 
+    def upsert_priority_class(self, body: Mapping[str, Any]) -> None:
+        """A PriorityClass: its value, and its guaranteed minimum run (annotation
+        trainop.dev/min-run-seconds; an unreadable one counts as none, and trainop explain
+        names it on the jobs of the class)."""
+        meta = body["metadata"]
+        try:
+            min_run = class_min_run(meta["name"], meta.get("annotations"))
+        except ValueError:
+            min_run = 0.0
+        self.upsert_priority(meta["name"], int(body.get("value") or 0), min_run)
+
     def remove_priority(self, name: str) -> None:
+        self.min_runs.pop(name, None)
         if self.priorities.pop(name, None) is not None:
             self._changed_inputs()
 
@@ -1062,9 +1080,7 @@ _LOADERS: dict[str, Callable[[ShellState, Mapping[str, Any]], Any]] = {
     "trainingjobs": ShellState.upsert_job,
     "trainingqueues": ShellState.upsert_queue,
     "namespaces": ShellState.upsert_namespace,
-    "priorityclasses": lambda s, b: s.upsert_priority(
-        b["metadata"]["name"], int(b.get("value") or 0)
-    ),
+    "priorityclasses": ShellState.upsert_priority_class,
     "fabricprofiles": _load_fabric,
     "clustertrainingruntimes": lambda s, b: s.upsert_runtime({**b, "kind": CLUSTER_RUNTIME_KIND}),
     "trainingruntimes": lambda s, b: s.upsert_runtime({**b, "kind": RUNTIME_KIND}),

@@ -52,7 +52,23 @@ def job_context(
         "events": [_plain(e) for e in events],
         "queue": queue,
         "ancestors": _ancestors(custom, queue),
+        "priority_class": _priority_class(job, api_client),
     }
+
+
+def _priority_class(job: dict[str, Any], api_client: client.ApiClient | None) -> Any:
+    """The job's PriorityClass (its guaranteed minimum run); None when it names none, the
+    class is gone or the caller may not read it (RBAC: get priorityclasses)."""
+    name = (job.get("spec") or {}).get("priorityClassName")
+    if not name:
+        return None
+    try:
+        found = client.SchedulingV1Api(api_client).read_priority_class(name)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return None
+        raise
+    return _plain(found)
 
 
 def _ancestors(custom: client.CustomObjectsApi, queue: Any) -> list[dict[str, Any]]:

@@ -180,6 +180,9 @@ class Inputs:
     namespace_labels: Mapping[str, Mapping[str, str]]
     priorities: Mapping[str, int]
     broken: Mapping[str, QueueConfigError] = field(default_factory=dict)
+    # PriorityClass -> its guaranteed minimum run (trainop.dev/min-run-seconds; only classes
+    # that set one; queueing.preemption.class_min_run reads the annotation).
+    min_runs: Mapping[str, float] = field(default_factory=dict)
 
     @cached_property
     def parents(self) -> Mapping[str, tuple[str, ...]]:
@@ -192,9 +195,10 @@ def cycle_inputs(
     queue_objects: Sequence[Mapping[str, Any]],
     namespace_labels: Mapping[str, Mapping[str, str]],
     priorities: Mapping[str, int],
+    min_runs: Mapping[str, float] | None = None,
 ) -> Inputs:
     queues, broken = load_queues(queue_objects)
-    return Inputs(tuple(queues), namespace_labels, priorities, broken)
+    return Inputs(tuple(queues), namespace_labels, priorities, broken, min_runs or {})
 
 
 def intake(
@@ -237,6 +241,8 @@ def intake(
         gpus=elastic.pop("gpus", spec.total_gpus),
         created=_ts(meta.get("creationTimestamp")) or now.timestamp(),
         priority=inputs.priorities.get(spec.priority_class_name or "", 0),
+        priority_class=spec.priority_class_name or "",
+        class_min_run_seconds=inputs.min_runs.get(spec.priority_class_name or "", 0.0),
         products=tuple(spec.placement.gpu_products),
         admitted=bool(held),
         product=product if held else None,

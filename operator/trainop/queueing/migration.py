@@ -8,7 +8,7 @@ module decides when that pays. Pure: the clock, the snapshot and the placer are 
 Neighbours: the caller (the operator's admission cycle, `queueing.cluster`, and the
 simulator, `queueing.simulate`) runs `plan_moves` after `queueing.admission.admit`, on the
 snapshot as the pass left it (everything admitted and every hold reserved), so a move only
-ever takes GPUs no waiting gang was given. `queueing.preemption.protected_for` supplies the
+ever takes GPUs no waiting gang was given. `queueing.preemption.protection` supplies the
 minimum-run rule; `queueing.model` the records. The operator carries a Move out through
 the checkpoint-then-restart path of `trainop.reconcile` (status.checkpointRequest).
 
@@ -30,7 +30,7 @@ The rule, in words (issue 37):
 - **Bounds**, each a named refusal: the operator's switch (off by default); at most
   `max_in_flight` moves at once; never the same job twice within `window_seconds`; never a
   job without spec.checkpoint, with spec.placement.migratable false, or of a queue that opts
-  out; never a job younger than its queue's minRunSeconds; never for its own sake while a
+  out; never a job younger than its guaranteed minimum run (its queue's minRunSeconds or its PriorityClass's trainop.dev/min-run-seconds); never for its own sake while a
   job of higher priority waits for GPUs (a move must not take what preemption would not
   let it take), and only for waiting gangs of at least its priority.
 - The destination is reserved (on the snapshot the caller keeps) from the decision until the
@@ -42,14 +42,15 @@ The rule, in words (issue 37):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from trainop.api.constants import LABEL_HOSTNAME
 from trainop.inventory import Snapshot
 from trainop.planner import MigrationPolicy
 from trainop.queueing.groups import group_of
 from trainop.queueing.model import Fit, Placer, QueuedJob, QueueState
 from trainop.queueing.ordering import Running
-from trainop.queueing.preemption import protected_for
+from trainop.queueing.preemption import protection
 
 __all__ = ["MigrationPlan", "MigrationPolicy", "Move", "Mover", "Refusal", "plan_moves"]
 
@@ -87,6 +88,17 @@ class Mover:
     measured_cost: float | None = None
     last_moved: float | None = None
     moving: bool = False
+    ideal: float | None = None  # the estimate alone on an empty fleet (None: unknown)
+
+    @property
+    def at_ideal(self) -> bool:
+        """Already as fast as it can be anywhere: no placement can beat it (this spares
+        the placer a search per running gang and look)."""
+        return (
+            self.ideal is not None
+            and self.allreduce is not None
+            and (self.allreduce <= self.ideal * (1 + 1e-9))
+        )
 
     @property
     def key(self) -> str:
@@ -106,6 +118,8 @@ class Move:
     allreduce_before: float
     allreduce_after: float
     unblocks: str | None = None  # the waiting gang this move lets start
+    makes_room_for: str | None = None  # the spread gang this (smaller) gang steps aside for
+    room: tuple[Move, ...] = ()  # the smaller gangs that step aside first (consolidation)
 
     def reserves(self, job: QueuedJob) -> dict[str, int]:
         """The GPUs the destination takes beyond those the gang holds there already (those
@@ -122,6 +136,10 @@ class Move:
     def message(self) -> str:
         how = "measured on its last move" if self.cost_measured else "the configured default"
         why = f"so that {self.unblocks} can start" if self.unblocks else "over the steps left"
+        if self.makes_room_for:
+            why = f"making room for {self.makes_room_for}"
+        elif self.room:
+            why += f", once {', '.join(r.key for r in self.room)} step aside"
         return (
             f"moved from {', '.join(self.source)} to {', '.join(self.destination)}: est. "
             f"allreduce {self.allreduce_before * 1000:.1f} -> {self.allreduce_after * 1000:.1f} "
@@ -172,9 +190,9 @@ def eligibility(
     if m.last_moved is not None and now - m.last_moved < policy.window_seconds:
         left = policy.window_seconds - (now - m.last_moved)
         return no(RECENTLY_MOVED, f"moved {now - m.last_moved:.0f} s ago; again in {left:.0f} s")
-    shielded = protected_for(Running(m.job, "", at=now), queues)
+    shielded, rule = protection(Running(m.job, "", at=now), queues)
     if shielded > 0:
-        return no(MIN_RUN, f"within its queue's minRunSeconds for {shielded:.0f} s more")
+        return no(MIN_RUN, f"within its guaranteed minimum run ({rule}) for {shielded:.0f} s more")
     if m.allreduce is None:
         return no(NO_ESTIMATE, "no allreduce estimate of its placement now")
     return None
@@ -191,37 +209,82 @@ def plan_moves(
 ) -> MigrationPlan:
     """The moves to start now (see the module doc). `snapshot`: the cluster as the pass left
     it, movers' GPUs held; `waiting`: jobs of the pass that wait for GPUs (Quota, NoFit,
-    Topology); `place`: the placer the pass used."""
+    Topology); `place`: the placer the pass used. A consolidation comes out as the moves of
+    the gangs that step aside, then the move of the gang they make room for."""
     refusals: dict[str, Refusal] = {}
     slots = policy.max_in_flight - sum(1 for m in movers if m.moving)
-    offers: list[tuple[float, Move]] = []
+    offers: list[Move] = []
+    free: dict[str, Mover] = {}
     for m in movers:
         why = eligibility(m, now, policy, queues, waiting)
-        if why is not None:
+        if why is None:
+            free[m.key] = m
+        else:
             refusals[m.key] = why
-            continue
-        move, why = _best(m, snapshot, place, queues, policy, waiting)
+    if slots < 2:  # a consolidation moves two gangs at least
+        policy = replace(policy, consolidate=False)
+    for m in free.values():
+        move, why = _offer(m, free, snapshot, place, queues, policy, waiting)
         if why is not None:
             refusals[m.key] = why
         elif move is not None:
-            offers.append((move.gain, move))
+            offers.append(move)
     moves: list[Move] = []
-    for _, move in sorted(offers, key=lambda o: (-o[0], o[1].key)):
-        if slots <= 0:
+    for move in sorted(offers, key=lambda o: (-o.gain, o.key)):
+        if move.key not in free:
+            continue  # it stepped aside for a gang of larger gain
+        if slots < 1 + len(move.room):
             refusals[move.key] = Refusal(
                 move.key, SLOTS_FULL, f"{policy.max_in_flight} move(s) already under way"
             )
             continue
         # An earlier move of this look may have taken its destination: place it again.
-        m = next(x for x in movers if x.key == move.key)
-        again, why = _best(m, snapshot, place, queues, policy, waiting)
+        m = free[move.key]
+        again, why = _offer(m, free, snapshot, place, queues, policy, waiting)
         if again is None:
             refusals[move.key] = why or Refusal(move.key, NO_BETTER_PLACEMENT, "taken")
             continue
-        moves.append(again)
+        for r in again.room:
+            snapshot = snapshot.with_reserved(dict(r.to.gpus_by_node))
+            snapshot = snapshot.with_released(dict(free[r.key].job.nodes))
+            del free[r.key]
+        moves.extend((*again.room, again))
         snapshot = snapshot.with_reserved(again.reserves(m.job))
-        slots -= 1
+        del free[m.key]
+        slots -= 1 + len(again.room)
     return MigrationPlan(tuple(moves), snapshot, refusals)
+
+
+def _offer(
+    m: Mover,
+    free: Mapping[str, Mover],
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    policy: MigrationPolicy,
+    waiting: Sequence[QueuedJob],
+) -> tuple[Move | None, Refusal | None]:
+    """`_best`, or, with policy.consolidate, a consolidation when that gains more."""
+    move, why = _best(m, snapshot, place, queues, policy, waiting)
+    if not policy.consolidate or (why is not None and why.rule == HIGHER_PRIORITY_WAITS):
+        return move, why
+    group = consolidation(m, free, snapshot, place, queues, policy)
+    if group is None:
+        return move, why
+    higher = [w for w in waiting if w.priority > m.job.priority]
+    if higher:  # as for a move for its own sake
+        if move is not None:
+            return move, why
+        w = higher[0]
+        return None, Refusal(
+            m.key,
+            HIGHER_PRIORITY_WAITS,
+            f"{w.key} (priority {w.priority}) waits for GPUs: no consolidation for its own sake",
+        )
+    net = policy.gain_multiple
+    if move is None or group.gain - net * group.cost > move.gain - net * move.cost:
+        return group, None
+    return move, why
 
 
 def _best(
@@ -299,6 +362,8 @@ def _for_itself(
     """The best placement free now for `m` and its gain. Its own GPUs count as free (the
     new placement may keep some of its nodes); the gang restarts whole."""
     assert m.allreduce is not None
+    if m.at_ideal:
+        return None, Refusal(m.key, NO_BETTER_PLACEMENT, "already at its ideal placement")
     own = {node: gpus for node, gpus in m.job.nodes if node in snapshot}
     result = place(_as_pending(m.job), snapshot.with_released(own), _products(m, queues))
     if not isinstance(result, Fit) or result.allreduce is None:
@@ -349,3 +414,161 @@ def _for_waiters(
         value = w.expected_run * w.gpus / max(m.job.gpus, 1) - loss
         out.append((value, fm, w.key))
     return out
+
+
+def consolidation(
+    m: Mover,
+    free: Mapping[str, Mover],
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    policy: MigrationPolicy,
+) -> Move | None:
+    """Moving smaller gangs out of a domain so that `m`, spread over several domains of the
+    finest level that could hold it whole, moves into it (see the module doc). Tried on the
+    DOMAINS_TRIED domains that miss the fewest GPUs; the best that pays is returned."""
+    if m.steps_left is None or m.allreduce is None or m.at_ideal:
+        return None
+    best: Move | None = None
+    for nodes in _target_domains(m, snapshot):
+        group = _blockers(m, free, nodes, snapshot)
+        move = _priced(m, group, snapshot, place, queues, policy) if group else None
+        if move is not None and (best is None or move.gain - move.cost > best.gain - best.cost):
+            best = move
+    return best
+
+
+DOMAINS_TRIED = 3
+MAX_STEP_ASIDE = 3  # gangs that step aside for one move, at most
+SLOWER_ASIDE = True  # a gang may step aside onto a slower placement (its loss is counted)
+
+
+def _target_domains(m: Mover, snapshot: Snapshot) -> list[frozenset[str]]:
+    """The domains of the finest level that could hold m whole (its product's GPUs), that
+    miss the fewest GPUs for it; [] when m is already whole inside one of them."""
+    own = dict(m.job.nodes)
+    for level in reversed(snapshot.levels):
+        if level == LABEL_HOSTNAME:
+            continue
+        found: list[tuple[int, list[str], frozenset[str]]] = []
+        for members in snapshot.domains(level).values():
+            nodes = [n for n in members if n.schedulable and n.gpu.product == m.job.product]
+            if sum(n.gpus_allocatable for n in nodes) < m.job.gpus:
+                continue
+            names = frozenset(n.name for n in nodes)
+            if all(n in names for n in own):
+                return []  # already whole in one domain of this level
+            missing = m.job.gpus - sum(own.get(n.name, 0) + n.gpus_free for n in nodes)
+            if missing > 0:
+                found.append((missing, sorted(names), names))
+        if found:
+            return [names for *_, names in sorted(found)][:DOMAINS_TRIED]
+    return []
+
+
+def _blockers(
+    m: Mover, free: Mapping[str, Mover], nodes: frozenset[str], snapshot: Snapshot
+) -> tuple[Mover, ...]:
+    """Smaller movable gangs inside `nodes`, smallest first, until what they hold there and
+    what is free there (with m's own) reach m's GPUs; () when they cannot."""
+    own = dict(m.job.nodes)
+    have = sum(own.get(n, 0) + snapshot.node(n).gpus_free for n in nodes)
+    inside = [
+        b
+        for b in free.values()
+        if b.key != m.key
+        and b.job.gpus < m.job.gpus
+        and b.allreduce is not None
+        and any(n in nodes for n, _ in b.job.nodes)
+    ]
+    inside.sort(
+        key=lambda b: (
+            -sum(g for n, g in b.job.nodes if n in nodes) / b.job.gpus,
+            b.job.gpus,
+            b.key,
+        )
+    )
+    group: list[Mover] = []
+    for b in inside:
+        if have >= m.job.gpus or len(group) == MAX_STEP_ASIDE:
+            break
+        group.append(b)
+        have += sum(g for n, g in b.job.nodes if n in nodes)
+    return tuple(group) if have >= m.job.gpus else ()
+
+
+def _cost(m: Mover, policy: MigrationPolicy) -> float:
+    return m.measured_cost if m.measured_cost is not None else policy.default_cost_seconds
+
+
+def _priced(
+    m: Mover,
+    group: Sequence[Mover],
+    snapshot: Snapshot,
+    place: Placer,
+    queues: Mapping[str, QueueState],
+    policy: MigrationPolicy,
+) -> Move | None:
+    """m's move into the room `group` leaves, with the group's own moves: gain m's allreduce
+    saved x its steps left less what the group loses, cost m's plus each of the group's in
+    m's seconds (its GPUs / m's); None when m would be no faster or it does not pay."""
+    assert m.allreduce is not None and m.steps_left is not None
+    freed = snapshot.with_released(dict(m.job.nodes))
+    for b in group:
+        freed = freed.with_released(dict(b.job.nodes))
+    fm = place(_as_pending(m.job), freed, _products(m, queues))
+    if not isinstance(fm, Fit) or fm.allreduce is None or fm.allreduce.seconds >= m.allreduce:
+        return None
+    # The gangs that step aside go where GPUs are free now (not onto each other's nodes or
+    # m's), so each move can be carried out on its own, in order.
+    held: dict[str, int] = {}
+    for x in (m, *group):
+        for n, g in x.job.nodes:
+            held[n] = held.get(n, 0) + g
+    beyond = {n: g - held.get(n, 0) for n, g in fm.gpus_by_node if g > held.get(n, 0)}
+    rest = snapshot.with_reserved(beyond)
+    room: list[Move] = []
+    loss, cost = 0.0, _cost(m, policy)
+    for b in sorted(group, key=lambda b: (-b.job.gpus, b.key)):
+        assert b.allreduce is not None
+        fb = place(_as_pending(b.job), rest, _products(b, queues))
+        if not isinstance(fb, Fit) or fb.allreduce is None:
+            return None
+        rest = rest.with_reserved(dict(fb.gpus_by_node))
+        if set(fb.gpus_by_node) == set(b.job.nodes):
+            continue  # it need not move
+        slower = fb.allreduce.seconds - b.allreduce
+        if slower > 1e-12 and (b.steps_left is None or not SLOWER_ASIDE):
+            return None
+        weight = b.job.gpus / m.job.gpus
+        loss += max(0.0, slower) * (b.steps_left or 0) * weight
+        cost += _cost(b, policy) * weight
+        source = tuple(n for n, _ in b.job.nodes)
+        room.append(
+            Move(
+                b.key,
+                source,
+                fb,
+                0.0,
+                _cost(b, policy),
+                b.measured_cost is not None,
+                b.allreduce,
+                fb.allreduce.seconds,
+                makes_room_for=m.key,
+            )
+        )
+    gain = (m.allreduce - fm.allreduce.seconds) * m.steps_left - loss
+    if not room or gain < policy.gain_multiple * cost:
+        return None
+    source = tuple(n for n, _ in m.job.nodes)
+    return Move(
+        m.key,
+        source,
+        fm,
+        gain,
+        cost,
+        m.measured_cost is not None,
+        m.allreduce,
+        fm.allreduce.seconds,
+        room=tuple(room),
+    )

@@ -312,6 +312,10 @@ class QueuedJob:
     blocked_reason: str | None = None
     blocked_message: str = ""
     expected_end: float | None = None
+    # Its PriorityClass's guaranteed minimum run (annotation trainop.dev/min-run-seconds;
+    # queueing.preemption.protection): with its queue's minRunSeconds, the stricter applies.
+    priority_class: str = ""
+    class_min_run_seconds: float = 0.0
     # How long a pending job is expected to run once started (None: unknown): what starting
     # it now is worth to migration (queueing.migration's waiting-gang gain).
     expected_run: float | None = None

@@ -22,9 +22,10 @@ victims. Elastic gangs (queueing.elastic) are offered first as shrink slices (th
 workers above minReplicas), before any whole gang; a plan only whole evictions can make
 is tried after that.
 
-Guaranteed minimum run (spec.preemption.minRunSeconds of the victim's queue; as KAI's
-min-runtime and Kueue's minAdmitDuration, kubernetes-sigs/kueue#9874): a gang that has run
-less than its queue's minimum is no candidate at all, for reclaim or priority, whole or as a
+Guaranteed minimum run (spec.preemption.minRunSeconds of the victim's queue, or the
+annotation trainop.dev/min-run-seconds of its PriorityClass, the stricter of the two; as
+KAI's min-runtime and Kueue's minAdmitDuration, kubernetes-sigs/kueue#9874): a gang that has
+run less than its minimum is no candidate at all, for reclaim or priority, whole or as a
 shrink slice (a resize restarts its workers too); a gang with no start time yet counts as
 just started. When only such gangs could make room, nobody is preempted and
 `protection_note` says which and when the first of them becomes a candidate.
@@ -35,7 +36,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from trainop.api.constants import ANNOTATION_MIN_RUN
 from trainop.inventory import Snapshot
 from trainop.queueing.elastic import shrink_first
 from trainop.queueing.groups import Candidate
@@ -67,14 +70,46 @@ def released(victims: Iterable[Running], snapshot: Snapshot) -> dict[str, int]:
 
 
 def protected_for(r: Running, queues: Mapping[str, QueueState]) -> float:
-    """Seconds until `r` may be a victim under its queue's minRunSeconds (0: it may now).
-    Its run counts from the gang's start (`started`), at the pass's clock (`r.at`)."""
+    """Seconds until `r` may be a victim under its guaranteed minimum run (0: it may now)."""
+    return protection(r, queues)[0]
+
+
+def protection(r: Running, queues: Mapping[str, QueueState]) -> tuple[float, str]:
+    """Seconds until `r` may be a victim, and the rule that says so: the stricter of its
+    queue's spec.preemption.minRunSeconds and its PriorityClass's trainop.dev/min-run-seconds
+    (the queue's on a tie). Its run counts from the gang's start (`started`), at the pass's
+    clock (`r.at`). (0, ""): it may be one now."""
     q = queues.get(r.queue)
-    least = q.min_run_seconds if q is not None else 0.0
-    if least <= 0 or r.at is None:
-        return 0.0
+    by_queue = q.min_run_seconds if q is not None else 0.0
+    by_class = r.job.class_min_run_seconds
+    if max(by_queue, by_class) <= 0 or r.at is None:
+        return 0.0, ""
+    if by_class > by_queue:
+        least, rule = by_class, f"PriorityClass {r.job.priority_class}: {ANNOTATION_MIN_RUN} "
+        rule += f"{by_class:g}"
+    else:
+        least, rule = by_queue, f"queue {r.queue}: minRunSeconds {by_queue:g}"
     ran = 0.0 if r.job.started is None else max(0.0, r.at - r.job.started)
-    return max(0.0, least - ran)
+    left = max(0.0, least - ran)
+    return left, (rule if left > 0 else "")
+
+
+def class_min_run(name: str, annotations: Mapping[str, Any] | None) -> float:
+    """A PriorityClass's guaranteed minimum run from its trainop.dev/min-run-seconds
+    annotation (0: none). ValueError names the class, the annotation and the fix."""
+    raw = (annotations or {}).get(ANNOTATION_MIN_RUN)
+    if raw is None:
+        return 0.0
+    try:
+        value = float(str(raw))
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(
+            f"PriorityClass {name}: metadata.annotations.{ANNOTATION_MIN_RUN}: must be a "
+            f'number of seconds >= 0 (e.g. "1800"), got {raw!r}'
+        )
+    return value
 
 
 def plan_preemption(
@@ -190,15 +225,12 @@ def protection_note(
     plan = plan_preemption(job, q, cands, excluded, ledger, pool, fits, protect=False)
     if plan is None:
         return ""
-    shielded = [(protected_for(r, ledger.queues), r) for r in plan.victims]
-    shielded = [(left, r) for left, r in shielded if left > 0]
+    shielded = [(*protection(r, ledger.queues), r) for r in plan.victims]
+    shielded = [(left, rule, r) for left, rule, r in shielded if left > 0]
     if not shielded:
         return ""
-    left = max(t for t, _ in shielded)
-    names = ", ".join(
-        f"{r.key} (queue {r.queue}: minRunSeconds {ledger.queues[r.queue].min_run_seconds:g})"
-        for _, r in shielded
-    )
+    left = max(t for t, _, _ in shielded)
+    names = ", ".join(f"{r.key} ({rule})" for _, rule, r in shielded)
     return (
         f"preempting {names} would make room ({plan.reason}), but they have not run their "
         f"guaranteed minimum yet; they become preemptible in {left:.0f} s"

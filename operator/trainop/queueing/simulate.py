@@ -72,6 +72,7 @@ from trainop.queueing.model import (
     key_of,
 )
 from trainop.queueing.planning import PlannerPlacer
+from trainop.queueing.preemption import class_min_run
 from trainop.validation import checked_spec
 
 _DIGITS = re.compile(r"\d+(\.\d+)?")
@@ -108,6 +109,7 @@ class Run:
     gpus_by_node: tuple[tuple[str, int], ...] = ()
     allreduce_seconds: float | None = None  # the cost model's 1 GiB estimate of the placement
     ideal_allreduce_seconds: float | None = None  # ... and of the gang alone on an empty fleet
+    moved_for: str | None = None  # ended by a move that made room for this gang (consolidation)
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,8 @@ class _Job:
     slowdown: float = 1.0
     moved_at: float | None = None
     moves: int = 0
+    priority_class: str = ""  # and its guaranteed minimum run (trainop.dev/min-run-seconds)
+    class_min_run: float = 0.0
 
     def note(self, time: float, reason: str, message: str) -> None:
         # A new note when the reason or the kind of sentence changes (numbers aside), so a
@@ -248,6 +252,8 @@ class _Job:
             started=self.start_at if running else None,
             expected_end=self.end_at if running else None,
             preemptions=self.preemptions,
+            priority_class=self.priority_class,
+            class_min_run_seconds=self.class_min_run,
             queued_since=self.queued_since,
             blocked_reason=self.blocked_reason,
             blocked_message=self.blocked_message,
@@ -291,8 +297,10 @@ class _Sim:
         placer: PlacerFactory | None = None,
         comm_share: float = 0.0,
         move_seconds: float = 300.0,
+        min_runs: Mapping[str, float] | None = None,
     ) -> None:
         self.move_seconds = move_seconds
+        self.min_runs = dict(min_runs or {})
         self.queues = list(queues)
         self.tree = build_tree(self.queues)  # queue trees: parents report their subtree
         self.config = config
@@ -353,7 +361,7 @@ class _Sim:
             job.priority = default_priority
         # The operator's own intake decides the queue and what blocks the job (one function
         # for both, so what simulate shows is what the operator does).
-        inputs = Inputs(tuple(self.queues), namespaces, priority_classes)
+        inputs = Inputs(tuple(self.queues), namespaces, priority_classes, min_runs=self.min_runs)
         when = datetime.fromtimestamp(job.submit, UTC).replace(tzinfo=None)
         queued = intake(job.body, (), inputs, self.base, self.config, when)
         if queued is None:  # invalid names and the like: the operator marks it Invalid
@@ -361,6 +369,8 @@ class _Sim:
             job.blocked_message = "the operator would mark it Invalid (see trainop render)"
             return
         job.queue = queued.queue
+        job.priority_class = queued.priority_class
+        job.class_min_run = queued.class_min_run_seconds
         job.blocked_reason, job.blocked_message = queued.blocked_reason, queued.blocked_message
 
     # --- the event loop ----------------------------------------------------------------------
@@ -417,6 +427,7 @@ class _Sim:
                     steps_left=steps,
                     measured_cost=self.move_seconds if job.moves else None,
                     last_moved=job.moved_at,
+                    ideal=run.ideal_allreduce_seconds,
                 )
             )
         waiting = [
@@ -445,7 +456,9 @@ class _Sim:
     def move(self, job: _Job, now: float, move: Move) -> None:
         left = self.ideal_left(job, now)
         run = job.runs[-1]
-        job.runs[-1] = replace(run, ended=now, preempt_reason=MIGRATION)
+        job.runs[-1] = replace(
+            run, ended=now, preempt_reason=MIGRATION, moved_for=move.makes_room_for
+        )
         self.release(job)
         fit = move.to
         self.snapshot = self.snapshot.with_reserved(dict(fit.gpus_by_node))
@@ -649,10 +662,12 @@ def simulate(
     placer: PlacerFactory | None = None,
     comm_share: float = 0.0,
     move_seconds: float = 300.0,
+    min_runs: Mapping[str, float] | None = None,
 ) -> SimResult:
     """Run the simulation. nodes: Node dicts; queues: TrainingQueue dicts (or QueueStates);
     jobs: TrainingJob dicts with the sim annotations; namespaces: name -> labels (for
-    namespaceSelector); priority_classes: PriorityClass name -> value; placer: builds the
+    namespaceSelector); priority_classes: PriorityClass name -> value; min_runs: PriorityClass
+    name -> its guaranteed minimum run (`class_min_runs`); placer: builds the
     placer from (job key -> body, config), default PlannerPlacer; comm_share: see the module
     doc; move_seconds: a migration's checkpoint and restart (config.migration on). SimInputError
     names a bad input."""
@@ -686,6 +701,7 @@ def simulate(
             placer,
             comm_share,
             move_seconds,
+            min_runs,
         )
     except ValueError as exc:  # e.g. duplicate node names in the inventory
         if isinstance(exc, SimInputError):
@@ -733,3 +749,20 @@ def split_documents(
                 "Namespace or PriorityClass"
             )
     return queues, jobs, namespaces, classes, default
+
+
+def class_min_runs(docs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """PriorityClass name -> its guaranteed minimum run (annotation trainop.dev/min-run-seconds)
+    for the classes among `docs` that set one; a bad value is a SimInputError naming it."""
+    out: dict[str, float] = {}
+    for doc in docs:
+        meta = doc.get("metadata") or {}
+        if doc.get("kind") != "PriorityClass" or not isinstance(meta, Mapping):
+            continue
+        try:
+            seconds = class_min_run(str(meta.get("name")), meta.get("annotations"))
+        except ValueError as exc:
+            raise SimInputError(str(exc)) from None
+        if seconds > 0:
+            out[str(meta.get("name"))] = seconds
+    return out
