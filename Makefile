@@ -123,7 +123,7 @@ bench: install bench-placement
 # The operator against bare pods on a 1,000-node fake fleet (burst) and a 2,000-node deep
 # queue; minutes, not part of `make test` (its smoke variant is). Results: bench/results/scale.*
 bench-scale: install build-binaries
-	$(PY) bench/scale.py
+	$(PY) -m bench.scale
 
 # The operator's admission cycle alone (no API server) on synthetic fleets of 1,000 to
 # 10,000 nodes: decision time per cycle, pods/s, one-pod-change cost, RSS.

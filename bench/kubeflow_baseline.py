@@ -1,4 +1,4 @@
-"""Kubeflow's training-operator as a second baseline for `bench/scale.py`.
+"""Kubeflow's training-operator as a second baseline for `make bench-scale` (bench.scale).
 
 The scale benchmark compares trainop against bare pods placed by kube-scheduler. The
 operator most clusters already run for the same job is Kubeflow's training-operator

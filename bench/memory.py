@@ -2,7 +2,7 @@
 
 No API server: the operator's own shell state (`handlers.state.ShellState`) is fed the way
 the watches and the reconciles feed it, with bodies shaped as the API server serves them,
-in the deep-queue shape of `make bench-scale` (bench/scale.py `run_deep`):
+in the deep-queue shape of `make bench-scale` (bench.scale.deep `run_deep`):
 
   nodes   2,000 DGX H100 nodes from the fleet generator the benches use (racks of 16),
           with what a real Node carries besides (managedFields, nodeInfo, addresses,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bench.controlplane import Scrape, cost_lines, parse_apiserver, parse_etcd, resource_of
+from bench.scale.controlplane import Scrape, cost_lines, parse_apiserver, parse_etcd, resource_of
 
 APISERVER = """\
 # HELP apiserver_request_total Counter of apiserver requests
@@ -92,3 +92,29 @@ def test_cost_lines_render_every_table() -> None:
     assert "| tj/status PATCH | 0.00 | 2.00 | 0.00 | 2000.00 | +2000.00 | 100% |" in text
     assert "| kube-apiserver | 2000.0 | 2000.0 | +0.0 |" in text
     assert "| puts | 3.0 | 3.0 |" in text
+
+
+def test_only_the_heartbeats_of_the_idle_sample_are_taken_off() -> None:
+    from bench.scale.controlplane import CostMeter
+
+    meter = CostMeter(lambda: "", "/nowhere/x.kubeconfig")
+    meter.idle = Scrape(
+        10.0,
+        {"leases.coordination.k8s.io PUT": [10.0, 1.0, 0.0], "events POST": [5.0, 1.0, 0.0]},
+        {"nodes": [4.0, 400.0]},
+        {"puts": 10.0},
+        {"etcd": 1.0},
+    )
+    before = Scrape(0.0, {}, {}, {"puts": 0.0}, {"etcd": 0.0})
+    after = Scrape(
+        20.0,
+        {"leases.coordination.k8s.io PUT": [30.0, 2.0, 0.0], "events POST": [7.0, 1.0, 0.0]},
+        {"nodes": [8.0, 800.0]},
+        {"puts": 50.0},
+        {"etcd": 3.0},
+    )
+    cost = meter.burst_cost(before, after)
+    assert cost["requests"]["leases.coordination.k8s.io PUT"] == [10.0, 0.0, 0.0]
+    assert cost["requests"]["events POST"] == [7.0, 1.0, 0.0]  # not a steady rate: kept whole
+    assert cost["watch"]["nodes"] == [0.0, 0.0]
+    assert (cost["etcd"]["puts"], cost["cpu"]["etcd"]) == (30.0, 1.0)

@@ -161,7 +161,7 @@ CRANE = Component("crane", CRANE_VERSION, ("crane",))
 DISTRIBUTION = Component("distribution", DISTRIBUTION_VERSION, ("registry",))
 REGISTRY_COMPONENTS = (CRANE, DISTRIBUTION)
 # Built by `trainop cluster build` (so `make build-binaries` and CI have it), but not needed
-# by `cluster up`: only the Kueue integration tests and `bench/scale.py --kueue` start it.
+# by `cluster up`: only the Kueue integration tests and `make bench-scale` (bench.scale) start it.
 KUEUE = Component("kueue", KUEUE_VERSION, ("kueue",))
 # Kueue refuses to start against an API server whose /version is not a semantic version
 # (setupServerVersionFetcher in cmd/kueue/main.go, v0.17.0); a plain `go build` of

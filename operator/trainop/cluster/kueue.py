@@ -1,7 +1,7 @@
 """Runs the real Kueue (v0.17) next to the local control plane, with its webhooks registered.
 
-Used by the Kueue integration tests (tests/integration/test_kueue.py) and `bench/scale.py
---kueue`; see docs/kueue.md. Neighbours: `cluster.binaries` builds and caches the `kueue`
+Used by the Kueue integration tests (tests/integration/test_kueue.py) and `make bench-scale`
+(bench.scale.burst's Kueue column); see docs/kueue.md. Neighbours: `cluster.binaries` builds and caches the `kueue`
 controller manager (`KUEUE`, built by `trainop cluster build`); `cluster.local` runs the
 API server this manager talks to.
 

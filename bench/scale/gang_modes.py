@@ -11,8 +11,8 @@ CPU and peak RSS, and placement quality: of the gangs that span several nodes, t
 that sits in one rack and the mean racks per such gang (trainop packs by topology; the
 upstream mode packs a gang into one domain only for a Required topology, which the burst's
 jobs do not set). A bare-pod baseline runs on the same cluster. Numbers, never assertions.
-`bench/scale.py` calls `run` and `report_lines`; its module supplies the workload, the
-client, the operator start and the burst's timing (`_scale()`).
+`bench.scale`'s command line calls `run` and `report_lines`; the package supplies the
+workload, the client, the operator start and the burst's timing (`_scale()`).
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bench.scale import common
+
 MODES = ("trainop", "kubernetes")
 RACK = "trainop.dev/rack"
 
 
 def _scale() -> ModuleType:
-    try:  # `python bench/scale.py` puts bench/ on the path; the tests import bench.scale
-        import scale
-    except ImportError:
-        from bench import scale
+    """The package, read at use (its scenarios import this module)."""
+    from bench import scale
+
     return scale
 
 
@@ -118,7 +119,7 @@ def run(nodes: int, jobs: int, rack: int, timeout: float) -> dict[str, Any]:
         for mode in MODES:
             cfg = Path(tmp) / f"{mode}.yaml"
             cfg.write_text(f"gangScheduling: {mode}\n")
-            log = s.RESULTS / f"scale-operator-gang-{mode}.log"
+            log = common.RESULTS / f"scale-operator-gang-{mode}.log"
             proc, _metrics = s.start_operator(str(lc.kubeconfig), log, ["--config", str(cfg)])
             try:
                 out[mode] = _burst(client, gangs, timeout, proc.pid, rack_of, mode)

@@ -10,7 +10,7 @@ processes (from kwokctl's pid files) and of the operator, before and after a bur
 first samples the idle cluster (KWOK's node heartbeats and leases go on during every
 burst) and subtracts that rate over the burst's length, so what is left is the burst's
 own work. `cost_lines` turns a bare-pod and a trainop measurement into the tables of
-bench/results/controlplane.md. Used by bench/scale.py (run_bare, run_operator); the
+bench/results/controlplane.md. Used by `bench.scale.burst` (run_bare, run_operator); the
 figures are numbers for the report, never assertions.
 """
 
@@ -221,12 +221,24 @@ class CostMeter:
         self.notes.append(f"writes still going {limit:.0f} s after the burst: {sorted(going)}")
         return last
 
+    def background(self) -> Scrape:
+        """The idle sample's steady part: all CPU and etcd, but of the requests and watch
+        events only KWOK's heartbeats and leases (anything else the idle window saw, such
+        as the last events of an earlier run, is no rate that goes on during a burst)."""
+        assert self.idle is not None
+        idle = self.idle
+
+        def steady(rows: dict[str, list[float]]) -> dict[str, list[float]]:
+            return {k: v for k, v in rows.items() if _base(k.rsplit(" ", 1)[0]) in BACKGROUND}
+
+        return Scrape(idle.at, steady(idle.requests), steady(idle.watch), idle.etcd, idle.cpu)
+
     def burst_cost(self, before: Scrape, after: Scrape) -> dict[str, Any]:
         """The burst's counters, net of the idle rate over its length, as JSON."""
         raw = after.minus(before)
         net = raw
         if self.idle is not None and self.idle.at > 0:
-            net = raw.minus(self.idle, raw.at / self.idle.at)
+            net = raw.minus(self.background(), raw.at / self.idle.at)
             if "operator" in raw.cpu:  # its start-up is no idle rate: the operator's raw CPU
                 net.cpu["operator"] = raw.cpu["operator"]
         for key in [k for k in net.requests if k.endswith(" WATCH")]:
@@ -242,12 +254,17 @@ class CostMeter:
         }
 
 
+def _base(resource: str) -> str:
+    """`leases.coordination.k8s.io/status` -> `leases`."""
+    return resource.split("/")[0].split(".")[0]
+
+
 def _writes(s: Scrape) -> set[str]:
     """The write requests (resource verb) in `s`, KWOK's heartbeats and leases left out."""
     out = set()
     for k, v in s.requests.items():
         resource, verb = k.rsplit(" ", 1)
-        if v[0] > 0 and verb in MUTATING and resource.split("/")[0].split(".")[0] not in BACKGROUND:
+        if v[0] > 0 and verb in MUTATING and _base(resource) not in BACKGROUND:
             out.add(k)
     return out
 
