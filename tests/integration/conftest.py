@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH
 from trainop.cluster.local import LocalCluster
 
 CLUSTER_NAME = os.environ.get("TRAINOP_TEST_CLUSTER", "trainop-it")
@@ -60,6 +61,25 @@ class Kube:
                 return last
             time.sleep(interval)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+
+    def pod_token(
+        self, ns: str, pod: dict[str, Any] | None, audience: str = PROGRESS_AUDIENCE
+    ) -> str:
+        """A ServiceAccount token as the kubelet projects it into a pod: bound to `pod` (a
+        TokenRequest with the pod's name and uid), or to nothing when `pod` is None."""
+        bound = []
+        if pod is not None:
+            meta = pod["metadata"]
+            bound = [
+                "--bound-object-kind=Pod",
+                f"--bound-object-name={meta['name']}",
+                f"--bound-object-uid={meta['uid']}",
+            ]
+        return str(
+            self.run(
+                "create", "token", "default", "-n", ns, f"--audience={audience}", *bound
+            ).stdout.strip()
+        )
 
     def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
         items = self.get(
@@ -185,6 +205,20 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no operator log)"
+
+    def report(self, token: str, body: Any, path: str = PROGRESS_PATH) -> tuple[int, Any]:
+        """POST `body` to the operator's plain-HTTP progress endpoint as a pod would: the
+        status code and the parsed answer (urllib raises HTTPError on a refusal)."""
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.progress_port}{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+        )
+        req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status), json.loads(resp.read() or b"null")
 
     def metrics(self) -> str:
         import urllib.request

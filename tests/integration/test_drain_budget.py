@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 
 from tests.builders import job
 from tests.integration.conftest import Kube, LocalCluster, OperatorProcess
-from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH
+from trainop.api.progress import PROGRESS_PATH
 
 
 @pytest.fixture
@@ -68,26 +67,7 @@ def _evict(kube: Kube, ns: str, pod: str) -> Any:
 
 
 def _report(op: OperatorProcess, kube: Kube, ns: str, pod: dict[str, Any], body: Any) -> int:
-    meta = pod["metadata"]
-    token = kube.run(
-        "create",
-        "token",
-        "default",
-        "-n",
-        ns,
-        f"--audience={PROGRESS_AUDIENCE}",
-        "--bound-object-kind=Pod",
-        f"--bound-object-name={meta['name']}",
-        f"--bound-object-uid={meta['uid']}",
-    ).stdout.strip()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{op.progress_port}{PROGRESS_PATH}",
-        data=json.dumps(body).encode(),
-        method="POST",
-    )
-    req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return int(resp.status)
+    return op.report(kube.pod_token(ns, pod), body)[0]
 
 
 def test_a_drain_waits_for_the_checkpoint(

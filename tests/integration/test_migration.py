@@ -10,8 +10,6 @@ one filler ends, and the next admission cycle moves the gang into that rack.
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +17,7 @@ import pytest
 
 from tests.builders import H100, job
 from tests.integration.conftest import Kube, OperatorProcess
-from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH
+from trainop.api.progress import PROGRESS_PATH
 from trainop.cluster.local import LocalCluster
 
 
@@ -62,26 +60,7 @@ def _racks(kube: Kube, ns: str, name: str) -> set[str]:
 
 def _report(op: OperatorProcess, kube: Kube, ns: str, pod: str, body: dict[str, Any]) -> Any:
     """A report as the gang's rank 0 sends it: its pod-bound projected token."""
-    p = kube.get("pod", pod, "-n", ns)
-    token = kube.run(
-        "create",
-        "token",
-        "default",
-        "-n",
-        ns,
-        f"--audience={PROGRESS_AUDIENCE}",
-        "--bound-object-kind=Pod",
-        f"--bound-object-name={pod}",
-        f"--bound-object-uid={p['metadata']['uid']}",
-    ).stdout.strip()
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{op.progress_port}/v1/progress",
-        data=json.dumps(body).encode(),
-        method="POST",
-    )
-    req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
+    return op.report(kube.pod_token(ns, kube.get("pod", pod, "-n", ns)), body)[1]
 
 
 def test_a_spread_gang_moves_into_the_rack_that_empties(
@@ -165,7 +144,14 @@ def test_a_spread_gang_moves_into_the_rack_that_empties(
             for p in kube.get("pods", "-n", ns)["items"]
         ]
         raise AssertionError(f"{exc}; status {seen}; pods {pods}") from None
-    assert _racks(kube, ns, "mig") == empty_rack
+    placed = _status(kube, ns, "mig").get("placement") or {}
+    pods = {
+        p["metadata"]["name"]: p["spec"].get("nodeName")
+        for p in kube.get("pods", "-n", ns)["items"]
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    events = [(e["reason"], e["message"]) for e in kube.events_for(ns, "mig")]
+    assert _racks(kube, ns, "mig") == empty_rack, (placed, pods, events)
     done = _status(kube, ns, "mig")["migration"]
     assert done["measuredCostSeconds"] >= 0 and done["moves"] == 1
     env = {

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from tests.builders import job
 from tests.integration.conftest import Kube, OperatorProcess
 from trainop import progress, trainerstatus
-from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH, TRAINER_STATUS_PATH
+from trainop.api.progress import PROGRESS_PATH, TRAINER_STATUS_PATH
 from trainop.handlers.progress import MAX_BODY, RATE
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -202,21 +202,6 @@ def _phase(kube: Kube, ns: str, name: str) -> str:
     return str(((kube.maybe_get("tj", name, "-n", ns) or {}).get("status") or {}).get("phase"))
 
 
-def _token(kube: Kube, ns: str, pod: dict[str, Any]) -> str:
-    meta = pod["metadata"]
-    return kube.run(
-        "create",
-        "token",
-        "default",
-        "-n",
-        ns,
-        f"--audience={PROGRESS_AUDIENCE}",
-        "--bound-object-kind=Pod",
-        f"--bound-object-name={meta['name']}",
-        f"--bound-object-uid={meta['uid']}",
-    ).stdout.strip()
-
-
 class Sender:
     """POSTs with one pod's token, no faster than the endpoint's rate for that pod."""
 
@@ -255,8 +240,8 @@ def test_hostile_reports_are_refused_as_the_rules_say(
 ) -> None:
     refused_pods = _gang(kube, namespace, "fz-refused", 3)
     taken_pods = _gang(kube, namespace, "fz-taken", 1)
-    refused = [Sender(operator, _token(kube, namespace, p)) for p in refused_pods]
-    taken = Sender(operator, _token(kube, namespace, taken_pods[0]))
+    refused = [Sender(operator, kube.pod_token(namespace, p)) for p in refused_pods]
+    taken = Sender(operator, kube.pod_token(namespace, taken_pods[0]))
     before = _refusals(operator)
     answered: Counter[tuple[int, str]] = Counter()
     mismatches: list[Any] = []
@@ -307,7 +292,7 @@ def test_a_flood_from_one_pod_meets_429_and_the_admission_is_undisturbed(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
     pod = _gang(kube, namespace, "fz-flood", 1)[0]
-    sender = Sender(operator, _token(kube, namespace, pod))
+    sender = Sender(operator, kube.pod_token(namespace, pod))
     codes = Counter(sender.post(PROGRESS_PATH, b'{"step": 1}', paced=False)[0] for _ in range(60))
     print(f"\n60 reports at once from one pod: {dict(codes)}")
     assert codes[429] >= 40 and set(codes) <= {200, 429}

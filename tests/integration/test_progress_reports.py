@@ -38,24 +38,6 @@ def _running_job(kube: Kube, ns: str, name: str, checkpoint: bool = False) -> di
     return dict(kube.get("pod", f"{name}-worker-0", "-n", ns))
 
 
-def _token(
-    kube: Kube, ns: str, pod: dict[str, Any] | None, audience: str = PROGRESS_AUDIENCE
-) -> str:
-    """A ServiceAccount token as the kubelet projects it: bound to `pod` (TokenRequest)."""
-    bound = (
-        [
-            "--bound-object-kind=Pod",
-            f"--bound-object-name={pod['metadata']['name']}",
-            f"--bound-object-uid={pod['metadata']['uid']}",
-        ]
-        if pod is not None
-        else []
-    )
-    return kube.run(
-        "create", "token", "default", "-n", ns, f"--audience={audience}", *bound
-    ).stdout.strip()
-
-
 def _call(
     op: OperatorProcess, token: str, body: dict[str, Any] | None
 ) -> tuple[int, dict[str, Any]]:
@@ -79,7 +61,7 @@ def test_a_pod_reports_for_its_own_job_only(
 ) -> None:
     pod_a = _running_job(kube, namespace, "rep-a", checkpoint=True)
     _running_job(kube, namespace, "rep-b")
-    token_a = _token(kube, namespace, pod_a)
+    token_a = kube.pod_token(namespace, pod_a)
     report = {
         "step": 42,
         "stepSeconds": 0.25,
@@ -112,7 +94,7 @@ REFUSED = [
 def test_other_tokens_are_refused(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
     pod = _running_job(kube, namespace, "rep-c")
     for name, audience, bound, code in REFUSED:  # one job for all cases: a namespace per test
-        token = _token(kube, namespace, pod if bound else None, audience)
+        token = kube.pod_token(namespace, pod if bound else None, audience)
         status, answer = _call(operator, token, {"step": 1})
         assert status == code, (name, answer)
     assert _call(operator, "not-a-token", {"step": 1})[0] == 401
@@ -137,7 +119,7 @@ def test_a_pod_that_is_not_a_trainop_pod_is_refused(
     _running_job(kube, namespace, "rep-d")
     pod = kube.get("pod", "stranger", "-n", namespace)
     # It claims job rep-d by label, but rep-d does not own it: refused, rep-d untouched.
-    status, answer = _call(operator, _token(kube, namespace, pod), {"step": 7})
+    status, answer = _call(operator, kube.pod_token(namespace, pod), {"step": 7})
     assert status == 403, answer
     assert _progress(kube, namespace, "rep-d") is None
 
@@ -182,7 +164,7 @@ def test_transformers_trainer_status_bodies_move_the_progress(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
     pod = _running_job(kube, namespace, "rep-hf")
-    token = _token(kube, namespace, pod)
+    token = kube.pod_token(namespace, pod)
     assert _post_status(operator, token, HF_BEGIN) == (200, {"checkpointRequested": False})
     kube.wait_for(
         "rep-hf's first trainerStatus",
@@ -230,12 +212,12 @@ def test_trainer_status_is_refused_like_reports(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
     pod = _running_job(kube, namespace, "rep-hf-bad")
-    token = _token(kube, namespace, pod)
+    token = kube.pod_token(namespace, pod)
     for name, body, code, words in TRAINER_STATUS_REFUSED:
         status, answer = _post_status(operator, token, body)
         assert status == code and words in answer.get("error", ""), (name, answer)
     for name, audience, bound, code in REFUSED:  # the same tokens are refused
-        other = _token(kube, namespace, pod if bound else None, audience)
+        other = kube.pod_token(namespace, pod if bound else None, audience)
         assert _post_status(operator, other, HF_BEGIN)[0] == code, name
     assert _post_status(operator, "not-a-token", HF_BEGIN)[0] == 401
     assert _progress(kube, namespace, "rep-hf-bad") is None
@@ -245,7 +227,7 @@ def test_trainops_own_reporter_wins_over_trainer_status(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
     pod = _running_job(kube, namespace, "rep-both")
-    token = _token(kube, namespace, pod)
+    token = kube.pod_token(namespace, pod)
     report = {"step": 12, "stepSeconds": 0.5, "metrics": {"loss": 6.9}}
     assert _call(operator, token, report)[0] == 200
     kube.wait_for(
@@ -286,7 +268,7 @@ def test_transformers_kubeflow_callback_reports_to_the_endpoint(
 
     pod = _running_job(kube, namespace, "rep-hf-cb")
     token_file = tmp_path / "token"
-    token_file.write_text(_token(kube, namespace, pod))
+    token_file.write_text(kube.pod_token(namespace, pod))
     monkeypatch.setenv(
         "KUBEFLOW_TRAINER_SERVER_URL",
         progress.trainer_status_url(f"http://127.0.0.1:{operator.progress_port}/v1/progress"),

@@ -24,7 +24,7 @@ import pytest
 
 from tests.builders import job
 from tests.integration.conftest import Kube, LocalCluster, OperatorProcess
-from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH
+from trainop.api.progress import PROGRESS_PATH
 from trainop.kube import certs
 from trainop.launcher.progress import http_send
 
@@ -55,21 +55,6 @@ def tls_operator(
 def _secret(kube: Kube) -> dict[str, str]:
     data = kube.get("secret", SECRET, "-n", SECRET_NS)["data"]
     return {k: base64.b64decode(v).decode() for k, v in data.items()}
-
-
-def _token(kube: Kube, ns: str, pod: dict[str, Any]) -> str:
-    meta = pod["metadata"]
-    return kube.run(
-        "create",
-        "token",
-        "default",
-        "-n",
-        ns,
-        f"--audience={PROGRESS_AUDIENCE}",
-        "--bound-object-kind=Pod",
-        f"--bound-object-name={meta['name']}",
-        f"--bound-object-uid={meta['uid']}",
-    ).stdout.strip()
 
 
 def test_reports_travel_over_tls_verified_with_the_ca_beside_the_token(
@@ -104,7 +89,7 @@ def test_reports_travel_over_tls_verified_with_the_ca_beside_the_token(
 
     cafile = tmp_path / "ca.crt"
     cafile.write_text(ca)
-    token = _token(kube, namespace, pod)
+    token = kube.pod_token(namespace, pod)
     url = f"https://127.0.0.1:{tls_operator.progress_port}{PROGRESS_PATH}"
     report = {"step": 7, "checkpoint": {"path": "/ckpt/7.pt", "step": 7}}
     assert http_send("POST", url, token, report, cafile=str(cafile)) == {

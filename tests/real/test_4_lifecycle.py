@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -62,8 +62,15 @@ def _live_pods(kube: Kube, ns: str, job: str) -> list[str]:
     return [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def _preempt(target: Target, ns: str, low: dict[str, Any], checkpoint: bool) -> dict[str, Any]:
-    """Run `low` to step >= 20, submit the high-priority job, time request -> pods gone."""
+def _preempt(
+    target: Target,
+    ns: str,
+    low: dict[str, Any],
+    checkpoint: bool,
+    watch: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Run `low` to step >= 20, submit the high-priority job, time request -> pods gone;
+    `watch` is called while the pods are still there (test_6_trainers reads a log)."""
     kube = target.kube
     name = low["metadata"]["name"]
     if not checkpoint:
@@ -81,7 +88,13 @@ def _preempt(target: Target, ns: str, low: dict[str, Any], checkpoint: bool) -> 
     high["spec"]["priorityClassName"] = HIGH
     asked = time.monotonic()
     kube.apply(high)
-    kube.wait_for(f"{name}'s pods to go", lambda: not _live_pods(kube, ns, name), 180, interval=0.2)
+
+    def gone() -> bool:
+        if watch is not None:
+            watch()
+        return not _live_pods(kube, ns, name)
+
+    kube.wait_for(f"{name}'s pods to go", gone, 180, interval=0.2)
     gone = time.monotonic() - asked
     status = _status(kube, ns, name)
     print(

@@ -14,7 +14,6 @@ hf-cpu image (Debian trixie's torch 2.6, transformers and Lightning from pinned 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,18 +25,11 @@ import pytest
 from tests.integration.conftest import Kube
 from tests.real.conftest import IMAGES, import_images
 from tests.real.scenarios import JOB_TIMEOUT, Target, diagnose, example, logs, wait_finished
-from tests.real.test_4_lifecycle import HIGH, _live_pods, _status, preempt_queue  # noqa: F401
+from tests.real.test_4_lifecycle import _preempt, _status, preempt_queue  # noqa: F401
 from trainop.cluster import images
 from trainop.cluster.local import LocalCluster
 
 HF = "hf-cpu"
-# The two preemption scenarios take several minutes each and the Hugging Face one's last
-# fix (the checkpoint reported only once every rank has saved) has passed in unit tests
-# only: they run with TRAINOP_REAL_LONG=1, outside CI's time budget.
-LONG = pytest.mark.skipif(
-    os.environ.get("TRAINOP_REAL_LONG") != "1",
-    reason="several minutes each: TRAINOP_REAL_LONG=1",
-)
 STEP_LOSS = re.compile(r"(?:hf-trainop|lightning): step (\d+) loss ([0-9.e+-]+)")
 RESUMED = re.compile(r"resume_from=(\S+)")
 
@@ -72,41 +64,19 @@ def _column(kube: Kube, ns: str, name: str) -> str:
 
 
 def _preempt_logged(target: Target, ns: str, low: dict[str, Any]) -> dict[str, Any]:
-    """test_4_lifecycle's preemption, keeping rank 0's log of the first run: run `low` to
-    step >= 20, submit a higher-priority job that needs its GPUs, read worker-0's log until
-    its pods are gone (the checkpoint is saved in between)."""
-    kube = target.kube
+    """test_4_lifecycle's preemption, keeping rank 0's log of the first run: read
+    worker-0's log until its pods are gone (the checkpoint is saved in between)."""
     name = low["metadata"]["name"]
-    kube.apply(low)
-    kube.wait_for(
-        f"{name} to report step 20",
-        lambda: (_status(kube, ns, name).get("progress") or {}).get("step", 0) >= 20,
-        JOB_TIMEOUT,
-        interval=1.0,
-    )
-    shown = kube.run("get", "tj", name, "-n", ns).stdout
-    high = example(target, "pytorch-ddp-cpu.yaml", ns)
-    high["metadata"]["name"] = f"{name}-high"
-    high["spec"]["priorityClassName"] = HIGH
-    asked = time.monotonic()
-    kube.apply(high)
-    first_log = ""
-    while _live_pods(kube, ns, name):
-        if time.monotonic() - asked > 180:
-            raise AssertionError(f"{name}'s pods still there 180 s after the preemption")
-        proc = kube.run("logs", f"{name}-worker-0", "-n", ns, check=False)
-        if proc.returncode == 0 and len(proc.stdout) >= len(first_log):
-            first_log = proc.stdout
-        time.sleep(0.5)
-    gone = time.monotonic() - asked
-    print(
-        f"\n{name}: from the preempting job's submission to the pods deleted {gone:.1f} s\n{shown}"
-    )
-    return {
-        "status": _status(kube, ns, name),
-        "high": high["metadata"]["name"],
-        "first": [(int(a), float(b)) for a, b in STEP_LOSS.findall(first_log)],
-    }
+    first_log = [""]
+
+    def read() -> None:
+        proc = target.kube.run("logs", f"{name}-worker-0", "-n", ns, check=False)
+        if proc.returncode == 0 and len(proc.stdout) >= len(first_log[0]):
+            first_log[0] = proc.stdout
+
+    run = _preempt(target, ns, low, checkpoint=True, watch=read)
+    run["first"] = [(int(a), float(b)) for a, b in STEP_LOSS.findall(first_log[0])]
+    return run
 
 
 def test_unmodified_hf_script_reports_progress(hf_target: Target, namespace: str) -> None:
@@ -201,7 +171,26 @@ def _check_resumed(
     return step
 
 
-@LONG
+def _preempt_and_resume(target: Target, ns: str, example_file: str) -> dict[str, Any]:
+    """Preempt the example's job after step 20 (its checkpoints on a hostPath of this
+    machine), let the preempting job and then it finish, and check the resume: the step and
+    loss go on from the checkpoint's, and the job trains to MAX_STEPS."""
+    low = example(target, example_file, ns)
+    name = low["metadata"]["name"]
+    host = Path(f"/var/tmp/trainop-checkpoints/{ns}")
+    volume = low["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]
+    volume["hostPath"]["path"] = str(host)
+    run = _preempt_logged(target, ns, low)
+    wait_finished(target, ns, run["high"])
+    wait_finished(target, ns, name)
+    log = logs(target.kube, ns, f"{name}-worker-0")
+    after = [(int(s), float(v)) for s, v in STEP_LOSS.findall(log)]
+    _report(name, run, after, log)
+    step = _check_resumed(target.kube, ns, run, after, log, gap=1)
+    assert after[-1][0] == int(_env(low, "MAX_STEPS")), after[-1]
+    return {"step": step, "host": host, "path": run["status"]["progress"]["lastCheckpoint"]["path"]}
+
+
 def test_hf_trainer_checkpoints_on_preemption_and_resumes(
     hf_target: Target,
     namespace: str,
@@ -209,24 +198,14 @@ def test_hf_trainer_checkpoints_on_preemption_and_resumes(
 ) -> None:
     """Issue 34: trainop's transformers callback saves on the checkpoint request, the gang is
     evicted, the next gang resumes at the checkpoint's step with its loss."""
-    kube = hf_target.kube
-    low = example(hf_target, "pytorch-hf-preempt-cpu.yaml", namespace)
-    host = Path(f"/var/tmp/trainop-checkpoints/{namespace}")
-    volume = low["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]
-    volume["hostPath"]["path"] = str(host)
-    run = _preempt_logged(hf_target, namespace, low)
-    wait_finished(hf_target, namespace, run["high"])
-    wait_finished(hf_target, namespace, "hf-preempt")
-    log = logs(kube, namespace, "hf-preempt-worker-0")
-    after = [(int(s), float(v)) for s, v in STEP_LOSS.findall(log)]
-    _report("hf-preempt", run, after, log)
-    step = _check_resumed(kube, namespace, run, after, log, gap=1)
-    checkpoint = run["status"]["progress"]["lastCheckpoint"]
-    assert checkpoint["path"] == f"/checkpoints/hf/checkpoint-{step}", checkpoint
+    done = _preempt_and_resume(hf_target, namespace, "pytorch-hf-preempt-cpu.yaml")
+    step = done["step"]
+    assert done["path"] == f"/checkpoints/hf/checkpoint-{step}", done
     # The Trainer's own state in the checkpoint (a hostPath: a directory on this machine).
-    state = json.loads((host / "hf" / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    state = json.loads(
+        (done["host"] / "hf" / f"checkpoint-{step}" / "trainer_state.json").read_text()
+    )
     assert state["global_step"] == step, state["global_step"]
-    assert after[-1][0] == int(_env(low, "MAX_STEPS")), after[-1]
 
 
 def _env(job: dict[str, Any], name: str) -> str:
@@ -301,26 +280,12 @@ def test_sdk_train_function_logs_and_wait(
     assert len(losses) == 4 and losses[-1] < losses[0], losses
 
 
-@LONG
 def test_lightning_checkpoints_on_preemption_and_resumes(
     hf_target: Target,
     namespace: str,
     preempt_queue: str,  # noqa: F811
 ) -> None:
     """Issue 34: the same as the Hugging Face job, with trainop's Lightning callback."""
-    kube = hf_target.kube
-    low = example(hf_target, "pytorch-lightning-preempt-cpu.yaml", namespace)
-    host = Path(f"/var/tmp/trainop-checkpoints/{namespace}")
-    volume = low["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["volumes"][0]
-    volume["hostPath"]["path"] = str(host)
-    run = _preempt_logged(hf_target, namespace, low)
-    wait_finished(hf_target, namespace, run["high"])
-    wait_finished(hf_target, namespace, "lightning-preempt")
-    log = logs(kube, namespace, "lightning-preempt-worker-0")
-    after = [(int(s), float(v)) for s, v in STEP_LOSS.findall(log)]
-    _report("lightning-preempt", run, after, log)
-    step = _check_resumed(kube, namespace, run, after, log, gap=1)
-    checkpoint = run["status"]["progress"]["lastCheckpoint"]
-    assert checkpoint["path"] == f"/checkpoints/lightning/step-{step}.ckpt", checkpoint
-    assert (host / "lightning" / f"step-{step}.ckpt").is_file()
-    assert after[-1][0] == int(_env(low, "MAX_STEPS")), after[-1]
+    done = _preempt_and_resume(hf_target, namespace, "pytorch-lightning-preempt-cpu.yaml")
+    assert done["path"] == f"/checkpoints/lightning/step-{done['step']}.ckpt", done
+    assert (done["host"] / "lightning" / f"step-{done['step']}.ckpt").is_file()
