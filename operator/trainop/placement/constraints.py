@@ -122,6 +122,16 @@ def _term_failure(term: Mapping[str, Any], node: NodeInfo) -> str | None:
     return None
 
 
+def terms_met(terms: Sequence[Mapping[str, Any]], node: NodeInfo) -> tuple[Mapping[str, Any], ...]:
+    """The first of `terms` (OR-ed nodeSelectorTerms) the node meets, alone; all of them
+    when it meets none. A pod pinned to that node needs no other: its other terms are
+    alternatives for other nodes, and on the wire they were most of a pod's bytes."""
+    for term in terms:
+        if _term_failure(term, node) is None:
+            return (term,)
+    return tuple(terms)
+
+
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
     """Kubernetes toleration matching for one taint."""
     for t in tolerations:
