@@ -1,13 +1,15 @@
-"""Migration (issue 37): the synthetic workload with and without moving running gangs.
+"""Migration (issue 37): the synthetic and spot workloads with and without moving running gangs.
 
-Both runs are `trainop.queueing.simulate` with trainop's placer (bench/placement/policies.py)
+Every run is `trainop.queueing.simulate` with trainop's placer (bench/placement/policies.py)
 and topology-aware waiting at the operator default (1800 s), on (a)'s synthetic gangs and
-H100 grid (bench/placement/workloads.py). In the migration run every job has spec.checkpoint
-and the operator config says `migration: {enabled: true}` with the defaults (gain >= 2x cost,
-one move in flight, a job at most once an hour); a move costs MOVE_SECONDS (checkpoint and
-restart: the gang makes no progress, and the rule is told that cost). Job durations stretch
-with the placement's allreduce estimate for COMM_SHARE of a step, as in placement.md; a gang's
-steps left are its ideal work left x COMM_SHARE / its ideal allreduce (queueing.simulate).
+H100 grid and (c)'s gangs on the spot fleet's 8-GPU products (bench/placement/workloads.py).
+In the migration runs every job has spec.checkpoint and the operator config says `migration:
+{enabled: true}` (VARIANTS: the defaults, gain >= 2x cost, one move in flight, a job at most
+once an hour; four moves at once; and consolidation, smaller gangs stepping aside for a
+spread one, with two or four at once); a move costs MOVE_SECONDS (checkpoint and restart:
+the gang makes no progress, and the rule is told that cost). Job durations stretch with the
+placement's allreduce estimate for COMM_SHARE of a step, as in placement.md; a gang's steps
+left are its ideal work left x COMM_SHARE / its ideal allreduce (queueing.simulate).
 
 Measured per run, over multi-node jobs (lower bound on more than one node):
   allreduce_ratio_last      the estimate of the placement each job last ran on / its lower
@@ -21,8 +23,14 @@ Measured per run, over multi-node jobs (lower bound on more than one node):
   realised_gain_s           per move, COMM_SHARE x (ratio before - ratio after) x the ideal work
                             the gang then did on the new placement, summed: the time the model
                             says the moves saved, after the fact;
-  share_moves_gain_2x_cost  moves whose realised gain was at least 2x their cost.
-Writes OUT/placement-migration.json and placement-migration.md.
+  share_moves_gain_2x_cost  moves whose realised gain was at least 2x their cost (a gang
+                            that stepped aside gains nothing itself);
+  consolidations            decisions that moved more than one gang;
+  share_decisions_gain_2x_cost  decisions (one move, or a consolidation's moves together)
+                            whose realised gain was at least 2x their cost, both in
+                            GPU-seconds (each gang's gain and cost x its GPUs).
+Writes OUT/placement-migration.json, placement-migration.md and, with `plot`, the timeline
+of the synthetic workload at 90% with consolidation (cli.timeline, as trainop simulate --plot).
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ VARIANTS = {
     "without": MigrationPolicy(),
     "with": MigrationPolicy(enabled=True),
     "with, 4 at once": MigrationPolicy(enabled=True, max_in_flight=4),
+    "consolidate, 2 at once": MigrationPolicy(enabled=True, max_in_flight=2, consolidate=True),
     "consolidate, 4 at once": MigrationPolicy(enabled=True, max_in_flight=4, consolidate=True),
 }
 PLOTTED = "consolidate, 4 at once"
@@ -176,7 +185,7 @@ def compare(
             "comm_share": COMM_SHARE,
             "move_seconds": MOVE_SECONDS,
             "policy": "migration: {enabled: true} (defaults: gain >= 2x cost, 1 in flight, 1 h "
-            "window), the same with maxInFlight 4, and with consolidate: true and maxInFlight 4",
+            "window), the same with maxInFlight 4, and with consolidate: true and maxInFlight 2 or 4",
         },
         "workloads": {},
     }

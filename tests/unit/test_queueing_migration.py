@@ -389,6 +389,9 @@ def test_smaller_gang_steps_aside_for_a_spread_one() -> None:
             id="blocker-not-smaller",
         ),
         pytest.param(
+            {"small": _small(allreduce=1e-6)}, NO_BETTER_PLACEMENT, id="blocker-would-be-slower"
+        ),
+        pytest.param(
             {"waiting": (_waiter(prio=5, run=None),)},
             HIGHER_PRIORITY_WAITS,
             id="higher-priority-waits",

@@ -30,9 +30,22 @@ The rule, in words (issue 37):
 - **Bounds**, each a named refusal: the operator's switch (off by default); at most
   `max_in_flight` moves at once; never the same job twice within `window_seconds`; never a
   job without spec.checkpoint, with spec.placement.migratable false, or of a queue that opts
-  out; never a job younger than its guaranteed minimum run (its queue's minRunSeconds or its PriorityClass's trainop.dev/min-run-seconds); never for its own sake while a
-  job of higher priority waits for GPUs (a move must not take what preemption would not
-  let it take), and only for waiting gangs of at least its priority.
+  out; never a job younger than its guaranteed minimum run (its queue's minRunSeconds or
+  its PriorityClass's trainop.dev/min-run-seconds); never for its own sake while a job of
+  higher priority waits for GPUs (a move must not take what preemption would not let it
+  take), and only for waiting gangs of at least its priority.
+- **Consolidation** (policy.consolidate, off by default): a gang spread over several domains
+  of the finest level that could hold it whole (a rack, for a gang of one rack's size or
+  less), no domain of which is free for it, may move into one once smaller gangs step aside.
+  The DOMAINS_TRIED domains that miss the fewest GPUs are tried; inside one, up to
+  MAX_STEP_ASIDE smaller gangs (mostly inside it first), each eligible by every bound above,
+  must go onto GPUs free now (not onto each other's or the spread gang's nodes, so each move
+  can be carried out alone, in order) at a placement no slower than theirs. Gain: the
+  spread gang's allreduce saved x its steps left; cost: its own plus each stepping gang's,
+  weighed by its GPUs / the spread gang's; the same multiple decides. The moves of the
+  stepping gangs come first in the plan (`Move.makes_room_for`), then the spread gang's
+  (`Move.room`); each counts against max_in_flight, so it needs two slots at least. Taken
+  over a plain move of the same gang when its gain less the multiple x cost is larger.
 - The destination is reserved (on the snapshot the caller keeps) from the decision until the
   gang runs there, so no one takes it while the gang checkpoints.
 - Candidates go largest gain first; each move reserves its destination before the next is
@@ -440,7 +453,6 @@ def consolidation(
 
 DOMAINS_TRIED = 3
 MAX_STEP_ASIDE = 3  # gangs that step aside for one move, at most
-SLOWER_ASIDE = True  # a gang may step aside onto a slower placement (its loss is counted)
 
 
 def _target_domains(m: Mover, snapshot: Snapshot) -> list[frozenset[str]]:
@@ -509,9 +521,10 @@ def _priced(
     queues: Mapping[str, QueueState],
     policy: MigrationPolicy,
 ) -> Move | None:
-    """m's move into the room `group` leaves, with the group's own moves: gain m's allreduce
-    saved x its steps left less what the group loses, cost m's plus each of the group's in
-    m's seconds (its GPUs / m's); None when m would be no faster or it does not pay."""
+    """m's move into the room `group` leaves, with the group's own moves (each onto GPUs free
+    now, no slower than where it is): gain m's allreduce saved x its steps left, cost m's
+    plus each of the group's in m's seconds (its GPUs / m's); None when m would be no faster,
+    a gang of the group has nowhere as fast to go, or it does not pay."""
     assert m.allreduce is not None and m.steps_left is not None
     freed = snapshot.with_released(dict(m.job.nodes))
     for b in group:
@@ -528,7 +541,7 @@ def _priced(
     beyond = {n: g - held.get(n, 0) for n, g in fm.gpus_by_node if g > held.get(n, 0)}
     rest = snapshot.with_reserved(beyond)
     room: list[Move] = []
-    loss, cost = 0.0, _cost(m, policy)
+    cost = _cost(m, policy)
     for b in sorted(group, key=lambda b: (-b.job.gpus, b.key)):
         assert b.allreduce is not None
         fb = place(_as_pending(b.job), rest, _products(b, queues))
@@ -537,12 +550,9 @@ def _priced(
         rest = rest.with_reserved(dict(fb.gpus_by_node))
         if set(fb.gpus_by_node) == set(b.job.nodes):
             continue  # it need not move
-        slower = fb.allreduce.seconds - b.allreduce
-        if slower > 1e-12 and (b.steps_left is None or not SLOWER_ASIDE):
-            return None
-        weight = b.job.gpus / m.job.gpus
-        loss += max(0.0, slower) * (b.steps_left or 0) * weight
-        cost += _cost(b, policy) * weight
+        if fb.allreduce.seconds > b.allreduce * (1 + 1e-9):
+            return None  # a gang steps aside only onto a placement no slower
+        cost += _cost(b, policy) * b.job.gpus / m.job.gpus
         source = tuple(n for n, _ in b.job.nodes)
         room.append(
             Move(
@@ -557,7 +567,7 @@ def _priced(
                 makes_room_for=m.key,
             )
         )
-    gain = (m.allreduce - fm.allreduce.seconds) * m.steps_left - loss
+    gain = (m.allreduce - fm.allreduce.seconds) * m.steps_left
     if not room or gain < policy.gain_multiple * cost:
         return None
     source = tuple(n for n, _ in m.job.nodes)
