@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from trainop.cli.main import cli
-from trainop.cli.timeline import PlotError, lanes, rack_of, utilisation
+from trainop.cli.timeline import Bar, PlotError, lanes, layout, rack_of, utilisation
 from trainop.queueing.simulate import JobResult, Run, SimResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +105,23 @@ def test_lanes_split_a_spread_run_and_utilisation_steps() -> None:
     assert utilisation(result, 16) == [(0.0, 1.0), (50.0, 1.0), (100.0, 0.0)]
     with pytest.raises(PlotError, match="--plot-by: must be one of rack, queue"):
         lanes(result, "node", racks)
+
+
+@pytest.mark.parametrize(
+    ("spans", "rows"),
+    [
+        pytest.param([("r1", 0, 10), ("r1", 10, 20)], [0.0, 0.0], id="one-after-another-one-row"),
+        pytest.param([("r1", 0, 10), ("r1", 5, 20)], [0.0, 1.0], id="overlap-second-row"),
+        pytest.param(
+            [("r1", 0, 10), ("r1", 5, 20), ("r1", 12, 30)], [0.0, 1.0, 0.0], id="first-free-row"
+        ),
+        pytest.param([("r2", 0, 10), ("r1", 0, 10)], [1.5, 0.0], id="lanes-in-name-order"),
+    ],
+)
+def test_layout_stacks_overlapping_runs(
+    spans: list[tuple[str, int, int]], rows: list[float]
+) -> None:
+    bars = [Bar(lane, f"ns/j{i}", start, end, 8) for i, (lane, start, end) in enumerate(spans)]
+    got, ticks = layout(bars)
+    assert got == rows
+    assert [name for _, name in ticks] == sorted({lane for lane, _, _ in spans})

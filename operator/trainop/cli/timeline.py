@@ -66,6 +66,30 @@ def lanes(result: SimResult, by: str, racks: Mapping[str, str]) -> list[Bar]:
     return sorted(bars, key=lambda b: (b.start, b.lane, b.job))
 
 
+def layout(bars: Sequence[Bar]) -> tuple[list[float], list[tuple[float, str]]]:
+    """Each bar's row (bars that overlap in time within a lane go on rows of their own, the
+    first row free at the bar's start), and each lane's label at the middle of its rows:
+    lanes in name order, top to bottom."""
+    ends: dict[str, list[float]] = {}  # lane -> each row's last end
+    slot: list[int] = []
+    for b in bars:
+        rows = ends.setdefault(b.lane, [])
+        free = next((i for i, end in enumerate(rows) if end <= b.start), None)
+        if free is None:
+            rows.append(b.end)
+            free = len(rows) - 1
+        rows[free] = b.end
+        slot.append(free)
+    offset: dict[str, float] = {}
+    ticks: list[tuple[float, str]] = []
+    top = 0.0
+    for lane in sorted(ends):
+        offset[lane] = top
+        ticks.append((top + (len(ends[lane]) - 1) / 2, lane))
+        top += len(ends[lane]) + 0.5  # a gap between lanes
+    return [offset[b.lane] + s for b, s in zip(bars, slot, strict=True)], ticks
+
+
 def utilisation(result: SimResult, total_gpus: int) -> list[tuple[float, float]]:
     """(time, share of the fleet's GPUs held) at each change, a step function: a run holds
     its GPUs from admission to its end (a move's restart included)."""
@@ -126,18 +150,16 @@ def draw(
             "--plot: matplotlib is not installed; install it (pip install matplotlib, or "
             "trainop's dev extra) or leave --plot out"
         ) from None
-    names = sorted({b.lane for b in bars})
-    row = {name: i for i, name in enumerate(names)}
+    rows, ticks = layout(bars)
     jobs = sorted({b.job for b in bars})
     palette = plt.get_cmap("tab20")
     colour = {job: palette(i % 20) for i, job in enumerate(jobs)}
-    fig, (gantt, util) = plt.subplots(
-        2, 1, figsize=(12, 3 + 0.3 * len(names)), sharex=True, height_ratios=(3, 1)
-    )
-    for b in bars:
+    height = min(30.0, 3 + 0.12 * (ticks[-1][0] if ticks else 0))
+    fig, (gantt, util) = plt.subplots(2, 1, figsize=(12, height), sharex=True, height_ratios=(4, 1))
+    for b, y in zip(bars, rows, strict=True):
         hatch = "//" if b.ended_by else None
         gantt.barh(
-            row[b.lane],
+            y,
             (b.end - b.start) / 3600,
             left=b.start / 3600,
             height=0.8,
@@ -146,7 +168,7 @@ def draw(
             linewidth=0.3,
             hatch=hatch,
         )
-    gantt.set_yticks(range(len(names)), names, fontsize=7)
+    gantt.set_yticks([t for t, _ in ticks], [name for _, name in ticks], fontsize=7)
     gantt.invert_yaxis()
     gantt.set_ylabel(by)
     gantt.set_title(f"trainop simulate: runs per {by} (hatched: ended early, e.g. moved)")
