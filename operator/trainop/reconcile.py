@@ -1070,11 +1070,15 @@ def _create_gang(ctx: _Ctx, result: Plan) -> Actions:
     st.new["placement"] = result.placement_status()
     st.new["startTime"] = st.new.get("startTime") or iso(ctx.now)
     placement = result.placement_status()
+    # Events only for news: a job admitted at its first decision gets no Event (the phase,
+    # the Admitted condition and status.placement say it); one that waited, restarted or
+    # was preempted first does (docs/operator.md#events).
     st.enter(
         "Admitted",
         "GangPlaced",
         f"{len(result.pods)} pods placed in {placement['level']} {placement['domain']} on "
         f"{', '.join(placement['nodes'])}; image {result.image.image}",
+        event=bool(st.old.get("phase")),
     )
     return ctx.finish(requeue=1.0)
 

@@ -647,7 +647,7 @@ def test_operator_with_chart_credentials_runs_a_job_end_to_end(
                 timeout=90,
             )
             reasons = {e["reason"] for e in kube.events_for(namespace, "rbac-proof")}
-            assert {"GangPlaced", "JobSucceeded"} <= reasons, reasons
+            assert "JobSucceeded" in reasons, reasons  # the RBAC to post Events
             assert (
                 _sample(op.metrics(), "trainop_jobs", phase="Succeeded", framework="pytorch") == 1
             )

@@ -164,6 +164,7 @@ class Case:
 
 CASES = [
     # Queued -> Admitted: one Service and the gang, gated.
+    # Events only for news: admitted at its first decision, the phase says it (no Event).
     Case(
         "new-job-admitted",
         job(),
@@ -171,9 +172,19 @@ CASES = [
         reason="GangPlaced",
         message=ADMITTED_MSG,
         create=("bert", W0, W1),
-        events=(("Normal", "GangPlaced"),),
         requeue=1.0,
         status={"startTime": ago(0), "image": IMAGE, "gpus": 16, "pendingReason": ABSENT},
+    ),
+    Case(
+        "job-that-waited-admitted-posts-gang-placed",
+        job().phase("Queued", "NoFit", "no rack has 16 free GPUs"),
+        phase="Admitted",
+        reason="GangPlaced",
+        message=ADMITTED_MSG,
+        create=("bert", W0, W1),
+        events=(("Normal", "GangPlaced"),),
+        requeue=1.0,
+        status={"pendingReason": ABSENT},
     ),
     Case(
         "gated-complete-gang-ungated-together",
@@ -669,7 +680,6 @@ CASES = [
         phase="Admitted",
         reason="GangPlaced",
         create=("bert", W0, W1),
-        events=(("Normal", "GangPlaced"),),
         requeue=1.0,
         status={"queue": "team-a-default"},
     ),
@@ -678,7 +688,6 @@ CASES = [
         job().with_status(queue="nlp"),
         phase="Admitted",
         create=("bert", W0, W1),
-        events=(("Normal", "GangPlaced"),),
         requeue=1.0,
         status={"queue": "nlp"},
     ),
@@ -1360,7 +1369,7 @@ def test_lifecycle_walk_with_one_gang_restart() -> None:
     assert not k.job_deleted
     k.reconcile(after=20)
     assert k.job_deleted
-    assert k.events == ["GangPlaced", "GangRestart", "GangPlaced", "JobSucceeded"]
+    assert k.events == ["GangRestart", "GangPlaced", "JobSucceeded"]  # the first: no news
 
 
 def test_operator_dying_mid_create_converges_without_duplicates() -> None:
@@ -1396,7 +1405,7 @@ def test_suspend_then_resume() -> None:
     k.body["spec"]["runPolicy"] = {"suspend": False}
     k.reconcile()
     assert (k.phase, sorted(k.pods)) == ("Admitted", [W0, W1])
-    assert k.events == ["GangPlaced", "Suspended", "GangPlaced"]
+    assert k.events == ["Suspended", "GangPlaced"]  # admitted at once first: no Event
 
 
 def test_fleet_has_the_nodes_the_table_relies_on() -> None:
