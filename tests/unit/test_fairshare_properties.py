@@ -9,7 +9,8 @@ Over the second half of the run each queue's share of the GPU-hours is its weigh
 sum of the weights, within one gang's share of the fleet (4 / 64 GPUs): a pass hands out
 whole gangs, so the ideal split can lie between two. A queue that starts with a heavy
 history (it used the whole fleet until the run began) converges too, once its history has
-decayed (the run lasts at least 8 half-lives).
+decayed (the run lasts at least 8 half-lives). The examples are derandomized: the same
+cases every run, as the other property tests of `make test` (a property test must not flake).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ TOLERANCE = GANG / FLEET_GPUS
 
 
 def _shares(
-    weights: list[int], half_life: float, heavy: int | None = None
+    weights: list[int], half_life: float, heavy: int | None = None, hours: int | None = None
 ) -> tuple[list[float], list[float], list[int]]:
     """(measured, configured) shares of the GPU-hours in the second half of the run, and the
-    GPUs each queue got in the first hour."""
+    GPUs each queue got in the first hour (`hours`: a shorter run than the default)."""
     names = [chr(ord("a") + i) for i in range(len(weights))]
     qs = {}
     for i, (name, weight) in enumerate(zip(names, weights, strict=True)):
@@ -44,7 +45,7 @@ def _shares(
         if i == heavy:  # it held the whole fleet for a long time before the run
             b = b.used_recently(T0, FLEET_GPUS, h100=float(FLEET_GPUS))
         qs[name] = b.state()
-    hours = max(48, int(8 * half_life / HOUR))
+    hours = hours or max(48, int(8 * half_life / HOUR))
     got = dict.fromkeys(names, 0)
     first: list[int] = []
     fleet = small_fleet(h100=NODES)
@@ -70,7 +71,9 @@ HALF_LIVES = st.sampled_from([0.5 * HOUR, HOUR, 2 * HOUR, 4 * HOUR, 12 * HOUR, 2
 WEIGHTS = st.lists(st.integers(min_value=1, max_value=4), min_size=2, max_size=3)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(weights=WEIGHTS, half_life=HALF_LIVES)
 def test_steady_demand_converges_to_the_weights(weights: list[int], half_life: float) -> None:
     measured, configured, _ = _shares(weights, half_life)
@@ -78,14 +81,19 @@ def test_steady_demand_converges_to_the_weights(weights: list[int], half_life: f
         assert abs(got - want) <= TOLERANCE, (weights, half_life, measured, configured)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(weights=WEIGHTS, half_life=HALF_LIVES, data=st.data())
 def test_a_heavy_past_is_forgiven(
     weights: list[int], half_life: float, data: st.DataObject
 ) -> None:
     heavy = data.draw(st.integers(min_value=0, max_value=len(weights) - 1), label="heavy")
     measured, configured, first = _shares(weights, half_life, heavy)
-    # Its past counts at first: the heavy queue gets the fewest GPUs of the first hour.
-    assert first[heavy] == min(first) and first[heavy] < max(first), first
+    # Its past counts at first: the heavy queue gets fewer GPUs in the first hour than it
+    # would without that past. (Not always the fewest of all: with weights [1, 3] and the
+    # weight-3 queue heavy, both got 32 of 64, where it gets 48 without its past.)
+    _, _, fresh = _shares(weights, half_life, hours=1)
+    assert first[heavy] < fresh[heavy], (weights, half_life, heavy, first, fresh)
     for got, want in zip(measured, configured, strict=True):
         assert abs(got - want) <= TOLERANCE, (weights, half_life, heavy, measured, configured)
