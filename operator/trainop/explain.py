@@ -209,6 +209,35 @@ _IMEX = {
 }
 
 
+def _migration_lines(status: Mapping[str, Any]) -> list[str]:
+    """status.migration (queueing.migration): a move under way or the last one done."""
+    move = status.get("migration")
+    if not isinstance(move, Mapping) or not move.get("phase"):
+        return []
+    src = ", ".join(move.get("source") or []) or "-"
+    dst = ", ".join(move.get("destination") or []) or "-"
+    gain = float(move.get("estimatedGainSeconds") or 0)
+    cost = float(move.get("estimatedCostSeconds") or 0)
+    lines = [f"Migration:  {move['phase']} (move {move.get('moves') or 1} of this job)"]
+    lines.append(f"  from {src} to {dst}")
+    lines.append(f"  est. gain {gain:.0f} s for an est. cost of {cost:.0f} s")
+    if move["phase"] == "Moving":
+        held = move.get("reserved") or {}
+        lines.append(
+            f"  asked at {move.get('requestedAt', '?')}: checkpoint, then restart there"
+            + (f" (held: {', '.join(f'{n} {g} GPUs' for n, g in sorted(held.items()))})"
+               if held else "")
+        )  # fmt: skip
+    else:
+        measured = move.get("measuredCostSeconds")
+        lines.append(
+            f"  ran again at {move.get('movedAt', '?')}"
+            + (f", measured cost {float(measured):.0f} s (prices its next move)"
+               if measured is not None else "")
+        )  # fmt: skip
+    return lines
+
+
 def explain_text(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -259,6 +288,7 @@ def explain_text(
         imex = placement.get("imex")
         if imex:  # a gang across the trays of one NVLink clique (docs/mnnvl.md)
             lines.append(f"  multi-node NVLink: {_IMEX.get(imex, imex)}")
+    lines += _migration_lines(status)
     lines += _progress_lines(status)
     lines += _protection_lines(queue, status, priority_class)
     if status.get("restartCount"):

@@ -258,3 +258,61 @@ def test_a_clique_gang_shows_its_clique_and_imex(imex: str | None, words: str | 
     text = explain_text(job, [], [], None)
     assert "Placement:  clique block-gb/rack-nvl72-a/c0.1" in text
     assert (words in text) if words else ("multi-node NVLink" not in text)
+
+
+MOVING = {
+    "phase": "Moving",
+    "source": ["h100-a-08", "h100-b-08"],
+    "destination": ["h100-a-01", "h100-a-02"],
+    "reserved": {"h100-a-01": 8, "h100-a-02": 8},
+    "estimatedGainSeconds": 46247.4,
+    "estimatedCostSeconds": 300.0,
+    "requestedAt": "2026-11-27T04:32:29Z",
+    "moves": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "migration", "want", "absent"),
+    [
+        ("none", None, [], ["Migration:"]),
+        (
+            "moving",
+            MOVING,
+            [
+                "Migration:  Moving (move 1 of this job)",
+                "from h100-a-08, h100-b-08 to h100-a-01, h100-a-02",
+                "est. gain 46247 s for an est. cost of 300 s",
+                "held: h100-a-01 8 GPUs, h100-a-02 8 GPUs",
+            ],
+            ["ran again"],
+        ),
+        (
+            "moved-measured",
+            {**MOVING, "phase": "Moved", "movedAt": "2026-11-27T04:33:40Z",
+             "measuredCostSeconds": 71.2, "moves": 2},
+            [
+                "Migration:  Moved (move 2 of this job)",
+                "ran again at 2026-11-27T04:33:40Z, measured cost 71 s",
+            ],
+            ["held:"],
+        ),
+        (
+            "moved-unmeasured",
+            {**MOVING, "phase": "Moved", "movedAt": "2026-11-27T04:33:40Z"},
+            ["ran again at 2026-11-27T04:33:40Z"],
+            ["measured cost"],
+        ),
+    ],
+)  # fmt: skip
+def test_a_move_is_explained(
+    name: str, migration: dict[str, object] | None, want: list[str], absent: list[str]
+) -> None:
+    status: dict[str, object] = {"phase": "Running"}
+    if migration is not None:
+        status["migration"] = migration
+    text = explain_text({**JOB, "status": status}, [], [], QUEUE)
+    for line in want:
+        assert line in text, (name, text)
+    for line in absent:
+        assert line not in text, (name, text)
