@@ -237,7 +237,8 @@ def table(report: Mapping[str, Any]) -> str:
     lines = [
         "# Migration: the synthetic and spot workloads with and without moving running gangs",
         "",
-        f"Jobs {meta['jobs']} on {meta['fleets']}, trainop's placer, topology-aware waiting "
+        f"Jobs {_each(meta['jobs'])} on {_each(meta['fleets'])}; trainop's placer, "
+        "topology-aware waiting "
         f"1800 s, comm_share {meta['comm_share']}; a move costs {meta['move_seconds']:.0f} s; "
         f"{meta['policy']}. See bench/placement/migration.py for each metric. Decisions: a "
         "move, or a consolidation's moves together (the gangs that step aside and the gang "
@@ -262,6 +263,13 @@ def table(report: Mapping[str, Any]) -> str:
                     f"| {_share(m['share_decisions_gain_2x_cost'])} |"
                 )
     return "\n".join(lines) + "\n"
+
+
+def _each(value: Any) -> str:
+    """{"synthetic": 400, "spot": 300} -> "400 (synthetic), 300 (spot)"."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{v} ({k})" for k, v in value.items())
+    return str(value)
 
 
 def _share(value: float | None) -> str:
