@@ -16,7 +16,7 @@ from bench.scale.report import KUBEFLOW_NOTE, write_report
 from bench.scale.trace import trace
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description="make bench-scale: trainop against bare pods")
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=500)
@@ -40,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         "--burst2-nodes", type=int, default=2000, help="a second burst on this many nodes (0: none)"
     )
     ap.add_argument(
+        "--burst3-nodes",
+        type=int,
+        default=5000,
+        help="a third burst on this many nodes (0: none), of --burst3-jobs jobs",
+    )
+    ap.add_argument("--burst3-jobs", type=int, default=1250)
+    ap.add_argument(
         "--kill-after",
         type=float,
         default=20.0,
@@ -50,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--cluster-name", default=common.CLUSTER, help="the bench cluster's name")
     ap.add_argument("--results", type=Path, default=common.RESULTS, help="where results go")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     common.set_globals(args.cluster_name, args.results)
     common.RESULTS.mkdir(parents=True, exist_ok=True)  # operator logs go there from the start
     results: dict[str, Any] = {"seed": common.SEED, "kubeflow": KUBEFLOW_NOTE}
@@ -82,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
             args.timeout,
             kubeflow=not args.skip_kubeflow,
             kill_after=args.kill_after,
+        )
+        write_report(results)
+    if args.burst3_nodes:  # the largest fleet: the same mix, 1,250 jobs on 5,000 nodes
+        results["burst_5000"] = burst(
+            args.burst3_nodes,
+            args.burst3_jobs,
+            args.rack_size,
+            args.timeout,
+            kubeflow=False,
         )
         write_report(results)
     if not args.skip_trace:

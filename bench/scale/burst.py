@@ -377,7 +377,8 @@ def _burst_lines(b: dict[str, Any]) -> list[str]:
         f"(Kueue {(kq.get('detail') or {}).get('kueue_peak_rss_mb', '-')}) |",
         *_control_plane_rows(t, b["baseline"]),
         "",
-        f"Ratio of total time, trainop / bare pods: **{b['ratio_total']}** (target <= 1.5); "
+        f"Ratio of total time, trainop / bare pods: **{b['ratio_total']}** (target <= 1.5"
+        f"{'; operator peak RSS <= 600 MB' if b['nodes'] >= 5000 else ''}); "
         f"Kubeflow / bare pods: **{b.get('ratio_kubeflow_total', '-')}**. API writes per job "
         f"target: <= pods + 5 = {round(b['pods'] / b['jobs'] + 5, 2)}.",
         "",

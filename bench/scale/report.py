@@ -28,7 +28,7 @@ def write_report(results: dict[str, Any]) -> None:
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     (common.RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = ["# make bench-scale", "", f"Machine: {os.cpu_count()} cores. Seed {SEED}.", ""]
-    for key in ("burst", "burst_2000"):
+    for key in ("burst", "burst_2000", "burst_5000"):
         if results.get(key):
             lines += _burst_lines(results[key])
     lines += trace_lines(results.get("trace"))
