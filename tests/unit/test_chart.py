@@ -146,6 +146,18 @@ def test_schema_declares_every_default_value(
             id="config-typo",
         ),
         pytest.param(
+            ("operator", "config", "migration"),
+            {"enabled": True, "maxInFlight": 0},
+            "less than the minimum",
+            id="migration-in-flight",
+        ),
+        pytest.param(
+            ("operator", "config", "migration"),
+            {"enable": True},
+            "Additional properties",
+            id="migration-typo",
+        ),
+        pytest.param(
             ("operator", "config", "restartBackoffSeconds"),
             5,
             "Additional properties",
@@ -224,6 +236,19 @@ def test_schema_rejects_bad_values(
 
 # --- the operator config the chart renders --------------------------------------------------
 
+# Operator config keys the chart sets from values of its own (flags and the progress block).
+_FROM_OTHER_VALUES = {"restartBackoffSeconds", "restartBackoffMaxSeconds", "progress"}
+
+
+def test_every_operator_config_key_can_be_set_through_the_chart(schema: dict[str, Any]) -> None:
+    """A key trainop.config knows but the schema lacks could not be set with helm at all
+    (the schema refuses additional properties): migration was such a key."""
+    from trainop.config import _KEYS
+
+    declared = set(schema["properties"]["operator"]["properties"]["config"]["properties"])
+    assert set(_KEYS) - _FROM_OTHER_VALUES <= declared, set(_KEYS) - _FROM_OTHER_VALUES - declared
+    assert declared <= set(_KEYS), declared - set(_KEYS)
+
 
 @pytest.mark.parametrize("values_file", [None, ALL_VALUES], ids=["default", "all-features"])
 def test_operator_config_values_load(defaults: dict[str, Any], values_file: Path | None) -> None:
@@ -234,6 +259,11 @@ def test_operator_config_values_load(defaults: dict[str, Any], values_file: Path
         assert [p.name for p in config.fabric_profiles] == ["t4-tcp", "h100-roce"]
         spec = config.catalog.image_spec("pytorch")
         assert spec is not None and spec.repository == "registry.example.com/nvidia/pytorch"
+        assert config.kubeflow_trainer_status is False
+        assert config.migration.enabled and config.migration.consolidate
+        assert (config.migration.gain_multiple, config.migration.max_in_flight) == (3.0, 2)
+    else:
+        assert not config.migration.enabled and config.kubeflow_trainer_status
 
 
 # --- dashboard and alerts -------------------------------------------------------------------
