@@ -125,8 +125,10 @@ class Preemption(ApiModel):
         description="A job of this queue is no preemption victim (reclaim or priority, nor "
         "moved by migration) before its gang has run this long, so it always makes some "
         "progress (as KAI's min-runtime and Kueue's minAdmitDuration). 0 (default): no "
-        "guarantee. A head that only such jobs could make room for waits, its message "
-        "saying when the first becomes preemptible.",
+        "guarantee. A job's PriorityClass may ask for more with the annotation "
+        "trainop.dev/min-run-seconds: the stricter of the two applies. A head that only "
+        "such jobs could make room for waits, its message saying when the first becomes "
+        "preemptible.",
     )
 
 
