@@ -27,8 +27,7 @@ class Phases:
     """Rank 0's (step -> world size) as seen so far, and its stretches at one size.
 
     Polled and merged, not read once at the end: a log read later may have lost its first
-    lines (kubelet rotates container logs, and on a machine running several local clusters
-    their kubelets share /var/log/pods). Steps only go up (each restart resumes after the
+    lines (kubelet rotates container logs). Steps only go up (each restart resumes after the
     last checkpointed step), so the stretches are the runs of equal world size by step."""
 
     seen: dict[int, int] = field(default_factory=dict)

@@ -6,6 +6,7 @@ the kind e2e tier (tests/e2e)."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ class HelmOperator:
         self.kube = kube
         self.helm = Helm(kube, home)
         self.cluster = cluster
+        self.values: dict[str, Any] = {}
 
     def install(
         self,
@@ -60,11 +62,21 @@ class HelmOperator:
                 {"name": "KUBERNETES_SERVICE_HOST", "value": host},
                 {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)},
             ]
+        self.values = values
+        # A release left by an earlier session (TRAINOP_KEEP_CLUSTER=1) may be stuck mid-install.
+        self.helm.run("uninstall", RELEASE, "--namespace", OPERATOR_NS, "--wait", check=False)
+        self.upgrade()
+
+    def upgrade(self, config: dict[str, Any] | None = None) -> None:
+        """`helm upgrade` with the values of install() and, over the chart's, these operator
+        config keys (None: the chart's own config): the ConfigMap's checksum rolls the
+        operator's pod, which reads the new config."""
+        values = copy.deepcopy(self.values)
+        if config is not None:  # helm merges it over the chart's operator.config
+            values.setdefault("operator", {})["config"] = config
         values_file = Path(self.helm.env["HELM_CONFIG_HOME"]).parent / "values.json"
         values_file.parent.mkdir(parents=True, exist_ok=True)
         values_file.write_text(json.dumps(values))
-        # A release left by an earlier session (TRAINOP_KEEP_CLUSTER=1) may be stuck mid-install.
-        self.helm.run("uninstall", RELEASE, "--namespace", OPERATOR_NS, "--wait", check=False)
         self.helm.run(
             "upgrade",
             "--install",

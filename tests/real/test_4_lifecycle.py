@@ -89,12 +89,12 @@ def _preempt(
     asked = time.monotonic()
     kube.apply(high)
 
-    def gone() -> bool:
+    def pods_gone() -> bool:
         if watch is not None:
             watch()
         return not _live_pods(kube, ns, name)
 
-    kube.wait_for(f"{name}'s pods to go", gone, 180, interval=0.2)
+    kube.wait_for(f"{name}'s pods to go", pods_gone, 180, interval=0.2)
     gone = time.monotonic() - asked
     status = _status(kube, ns, name)
     print(

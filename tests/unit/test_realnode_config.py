@@ -38,6 +38,14 @@ def test_kubelet_config_runs_on_cgroup_v1_with_its_own_runtime() -> None:
     assert cfg["clusterDNS"] == [ClusterNet("c").dns_ip]
 
 
+def test_each_node_keeps_its_pod_logs_apart() -> None:
+    """Kubelets that shared /var/log/pods removed each other's pods' logs (their log GC
+    keeps only the directories of their own pods): each node has its own."""
+    dirs = {realnode.kubelet_config(NodeLayout(c, i, Path(f"/s/real/{c}")))["podLogsDir"]
+            for c in ("a", "b") for i in (0, 1)}  # fmt: skip
+    assert len(dirs) == 4 and not any(d.startswith("/var/log") for d in dirs), dirs
+
+
 @pytest.mark.parametrize("restrict", [True, False])
 def test_containerd_config(restrict: bool) -> None:
     node = NodeLayout("c", 1, Path("/s"))

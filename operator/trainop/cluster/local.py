@@ -238,9 +238,13 @@ class LocalCluster:
         base = state_root() / "real" / self.name
         return realnode.RealNodes(self.name, base, self.kubeconfig, node_bins, _say)
 
-    def start_real_nodes(self, count: int, the_fleet: fleet.Fleet, timeout: float) -> None:
-        """Start `count` real nodes with the GFD labels and GPU count of the fleet's class
-        realnode.REAL_NODE_CLASS (or the packaged fleet's, when this one lacks it)."""
+    def start_real_nodes(
+        self, count: int, the_fleet: fleet.Fleet, timeout: float, first: int = 0
+    ) -> None:
+        """Start `count` real nodes, numbered from `first` (a cluster that runs nodes 0..k-1
+        takes another with first=k), with the GFD labels and GPU count of the fleet's class
+        realnode.REAL_NODE_CLASS (or the packaged fleet's, when this one lacks it). Each
+        real node is a rack of its own (realnode.node_labels)."""
         cls = (
             the_fleet.classes.get(realnode.REAL_NODE_CLASS)
             or fleet.load_fleet().classes[realnode.REAL_NODE_CLASS]
@@ -253,7 +257,7 @@ class LocalCluster:
         rn.start_dns()
         host, _port = self.apiserver_for_pods()
         realnode.add_address(realnode.ClusterNet(self.name).dns_link, host)
-        nodes = [rn.layout(i) for i in range(count)]
+        nodes = [rn.layout(i) for i in range(first, first + count)]
         for node in nodes:
             labels = realnode.node_labels(node, fleet.gfd_labels(cls))
             _say(f"starting real node {node.name} (containerd, kubelet)")

@@ -229,6 +229,10 @@ def kubelet_config(node: NodeLayout) -> dict[str, Any]:
         "failCgroupV1": False,
         "failSwapOn": False,
         "containerRuntimeEndpoint": f"unix://{node.sock}",
+        # Each node's own pod log directory: with the default /var/log/pods, shared by every
+        # real node (and cluster) on this machine, each kubelet's log GC removed the others'
+        # pods' logs, and `kubectl logs` read a file that was started again.
+        "podLogsDir": str(node.dir / "pod-logs"),
         "clusterDNS": [ClusterNet(node.cluster).dns_ip],
         "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": "/etc/resolv.conf",
