@@ -171,3 +171,56 @@ def test_running_again_marks_the_move_done_with_its_measured_cost() -> None:
     )
     assert again.status["migration"] == done
     assert not [e for e in again.events if e[1] == "Migrated"]
+
+
+# --- a gang whose old pods are still going away (found on two real nodes) --------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "pods", "want"),
+    [
+        ("no-pods-pending", [], "pending"),
+        ("stopped-and-deleting-out-of-line", [pod("mv-worker-0").bound("h100-a-01").gpus(8)
+                                              .failed(143).deleting()], None),
+        ("running-and-deleting-holds", [pod("mv-worker-0").bound("h100-a-01").gpus(8)
+                                        .running().deleting()], "admitted"),
+        ("stopped-not-deleted-pending", [pod("mv-worker-0").bound("h100-a-01").gpus(8)
+                                         .failed(1)], "pending"),
+    ],
+)  # fmt: skip
+def test_a_job_waits_out_of_line_while_its_old_gang_goes(
+    name: str, pods: list[Any], want: str | None
+) -> None:
+    """A moved (or preempted) gang's trainers stop on SIGTERM well before the kubelet lets
+    their pod objects go; the next gang reuses the names, so the job is admitted again only
+    once they are gone: readmitted before, its gang could never be created (409), and the
+    loop, woken by nothing more, left it Queued."""
+    from datetime import datetime
+
+    from trainop.queueing.cluster import cycle_inputs, intake
+
+    body = job("mv", workers=1, gpus=8).build()
+    built = [p.build() for p in pods]
+    inputs = cycle_inputs([], {}, {}, {})
+    queued = intake(
+        body, built, inputs, fleet_snapshot(built), OperatorConfig(), datetime(2026, 1, 1)
+    )
+    got = None if queued is None else ("admitted" if queued.admitted else "pending")
+    assert got == want, name
+
+
+def test_the_last_pod_of_a_job_going_wakes_the_loop() -> None:
+    """Its removal holds no GPUs (the pod had stopped), but the job may be in line again."""
+    from trainop.handlers.state import ShellState
+
+    state = ShellState()
+    woken: list[int] = []
+    state.on_change = lambda: woken.append(1)
+    state.synced = True
+    for i in (0, 1):
+        state.upsert_pod(pod(f"mv-worker-{i}").bound("h100-a-01").gpus(8).failed(143).build())
+    woken.clear()
+    state.remove_pod("team-a", "mv-worker-0")
+    assert not woken  # one left: still going away
+    state.remove_pod("team-a", "mv-worker-1")
+    assert woken == [1]

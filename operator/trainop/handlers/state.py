@@ -498,6 +498,7 @@ class ShellState:
         if slim is None:
             return
         job = (slim["metadata"].get("labels") or {}).get(c.LABEL_JOB_NAME)
+        last = False
         if job:
             jk = job_key(namespace, job)
             self._changed_job(jk)
@@ -508,8 +509,13 @@ class ShellState:
                 names.discard(name)
                 if not names:
                     del self.pods_of_job[jk]
-        if self.pod_gpus.get(key) is not None:
-            self._place_pod(key, self.pod_gpus[key], None)
+                    last = True
+        held = self.pod_gpus.get(key)
+        if held is not None:
+            self._place_pod(key, held, None)
+        # A stopped pod holds no GPUs, but the job's last pod object going away may let it
+        # in line again (queueing.cluster.intake waits for its old gang's names).
+        if held is not None or last:
             self.touch()
 
     def _place_pod(

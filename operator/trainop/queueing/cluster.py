@@ -165,6 +165,11 @@ def _holding(
     return tuple(sorted(held.items())), product
 
 
+def _going_away(pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any of the job's pods is being deleted."""
+    return any((p.get("metadata") or {}).get("deletionTimestamp") for p in pods)
+
+
 def _preempted_at(body: Mapping[str, Any]) -> float | None:
     for cond in (body.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Preempted" and cond.get("status") == "True":
@@ -229,6 +234,12 @@ def intake(
     held, product = _holding(pods, snapshot)
     if not held and assumed:
         held, product = assumed, _product_of(assumed, snapshot)
+    if not held and _going_away(pods):
+        # Its last gang's pods are still being deleted (a preemption or a move): they have
+        # stopped (hold no GPUs) but their names, which the next gang reuses, are taken
+        # until the kubelet lets them go (reconcile waits for that too). Out of line until
+        # then; the last one's removal wakes the loop (ShellState.remove_pod).
+        return None
     if not held and _priority_missing(spec, inputs.priorities):
         return None  # reconcile marks it Invalid; a running gang keeps its charge
     queue, blocked = _queue_and_block(spec, ns, bool(held), inputs, snapshot, config)
