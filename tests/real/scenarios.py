@@ -8,8 +8,10 @@ the assertions read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,3 +227,28 @@ def run_killed(
         if p["metadata"]["name"].startswith(f"{name}-")
     )
     return tj, "\n".join(f"--- {pod}\n{logs(kube, ns, pod)}" for pod in pods)
+
+
+@contextlib.contextmanager
+def tenant_queue(kube: Kube, name: str, namespace: str, gpus: int, **spec: Any) -> Iterator[str]:
+    """A TrainingQueue serving `namespace` only (its default queue), with `gpus` GPUs of any
+    product, that allows the hostPath volumes the tier's checkpoints go to; `spec`: more
+    fields (preemption, topologyWaitSeconds). Deleted on the way out."""
+    kube.apply(
+        {
+            "apiVersion": "trainop.dev/v1alpha1",
+            "kind": "TrainingQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaces": [namespace],
+                "default": True,
+                "quotas": [{"name": "t4", "products": [], "gpus": gpus}],
+                "policy": {"allowHostPath": True},
+                **spec,
+            },
+        }
+    )
+    try:
+        yield name
+    finally:
+        kube.run("delete", "trainingqueue", name, "--wait=false", check=False)

@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Kube
-from tests.real.scenarios import JOB_TIMEOUT, Target, diagnose, example, logs, wait_finished
+from tests.real.scenarios import (
+    JOB_TIMEOUT,
+    Target,
+    diagnose,
+    example,
+    logs,
+    tenant_queue,
+    wait_finished,
+)
 
 QUEUE = "real-preempt"
 LOW, HIGH = "trainop-real-low", "trainop-real-high"
@@ -35,22 +43,9 @@ def preempt_queue(target: Target, namespace: str) -> Iterator[str]:
                 "value": value,
             }
         )
-    kube.apply(
-        {
-            "apiVersion": "trainop.dev/v1alpha1",
-            "kind": "TrainingQueue",
-            "metadata": {"name": QUEUE},
-            "spec": {
-                "namespaces": [namespace],
-                "default": True,
-                "quotas": [{"name": "t4", "products": [], "gpus": 4}],
-                "preemption": {"withinQueue": "LowerPriority"},
-                "policy": {"allowHostPath": True},
-            },
-        }
-    )
-    yield QUEUE
-    kube.run("delete", "trainingqueue", QUEUE, "--wait=false", check=False)
+    preemption = {"withinQueue": "LowerPriority"}
+    with tenant_queue(kube, QUEUE, namespace, 4, preemption=preemption) as queue:
+        yield queue
 
 
 def _status(kube: Kube, ns: str, name: str) -> dict[str, Any]:

@@ -24,7 +24,15 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Kube
-from tests.real.scenarios import JOB_TIMEOUT, Target, diagnose, example, logs, wait_finished
+from tests.real.scenarios import (
+    JOB_TIMEOUT,
+    Target,
+    diagnose,
+    example,
+    logs,
+    tenant_queue,
+    wait_finished,
+)
 
 QUEUE, NAME = "real-drain", "ddp-drain"
 CKPT_PATH = re.compile(r"step-(\d+)-loss-([0-9.e+-]+)\.pt$")
@@ -34,22 +42,8 @@ DONE = re.compile(r"done start=(\d+) loss ([0-9.e+-]+) -> ([0-9.e+-]+)")
 @pytest.fixture
 def drain_queue(target: Target, namespace: str) -> Iterator[str]:
     """A queue that serves the test's namespace and allows the checkpoints' hostPath."""
-    kube = target.kube
-    kube.apply(
-        {
-            "apiVersion": "trainop.dev/v1alpha1",
-            "kind": "TrainingQueue",
-            "metadata": {"name": QUEUE},
-            "spec": {
-                "namespaces": [namespace],
-                "default": True,
-                "quotas": [{"name": "t4", "products": [], "gpus": 4}],
-                "policy": {"allowHostPath": True},
-            },
-        }
-    )
-    yield QUEUE
-    kube.run("delete", "trainingqueue", QUEUE, "--wait=false", check=False)
+    with tenant_queue(target.kube, QUEUE, namespace, 4) as queue:
+        yield queue
 
 
 def _status(kube: Kube, ns: str) -> dict[str, Any]:

@@ -26,7 +26,15 @@ import pytest
 
 from tests.integration.conftest import Kube
 from tests.real.helm_operator import HelmOperator
-from tests.real.scenarios import JOB_TIMEOUT, Target, diagnose, example, logs, wait_finished
+from tests.real.scenarios import (
+    JOB_TIMEOUT,
+    Target,
+    diagnose,
+    example,
+    logs,
+    tenant_queue,
+    wait_finished,
+)
 from tests.real.test_4_lifecycle import CKPT_PATH, DONE, FIRST, _status
 from trainop.cluster import fleet, images
 from trainop.cluster.local import LocalCluster
@@ -64,22 +72,9 @@ def migrating(real_operator: HelmOperator) -> Iterator[HelmOperator]:
 
 @pytest.fixture
 def migrate_queue(real_kube: Kube, namespace: str) -> Iterator[str]:
-    real_kube.apply(
-        {
-            "apiVersion": "trainop.dev/v1alpha1",
-            "kind": "TrainingQueue",
-            "metadata": {"name": QUEUE},
-            "spec": {
-                "namespaces": [namespace],
-                "default": True,
-                "quotas": [{"name": "t4", "products": [], "gpus": 8}],
-                "topologyWaitSeconds": 0,  # admit the spread gang at once
-                "policy": {"allowHostPath": True},
-            },
-        }
-    )
-    yield QUEUE
-    real_kube.run("delete", "trainingqueue", QUEUE, "--wait=false", check=False)
+    # topologyWaitSeconds 0: the spread gang is admitted at once.
+    with tenant_queue(real_kube, QUEUE, namespace, 8, topologyWaitSeconds=0) as queue:
+        yield queue
 
 
 def _filler(target: Target, ns: str, name: str) -> dict[str, Any]:
