@@ -70,6 +70,17 @@ CASES: list[Any] = [
     ),
     pytest.param(lambda s, c: dataclasses.replace(c), {BERT, GPT}, id="another-config-all"),
     pytest.param(lambda s, c: (s.reject(BERT, 1), c)[1], {BERT}, id="refused-out-of-line"),
+    pytest.param(
+        lambda s, c: (s.assume(GPT, {"gpt-worker-0": ("name", "node-0", 8)}, 0.0), c)[1],
+        {GPT},
+        id="assumed",
+    ),
+    pytest.param(
+        lambda s, c: (s.record_written(BERT, _body("bert", "3")), c)[1], {BERT}, id="own-write"
+    ),
+    pytest.param(
+        lambda s, c: (s.remove_job("team-a", "gpt"), c)[1], {GPT}, id="job-gone-leaves-line"
+    ),
 ]
 
 
@@ -109,3 +120,26 @@ def test_a_restart_backoff_is_never_kept() -> None:
     for _ in range(2):
         work = gather(state, config, NOW, 5.0, memo)
         assert BERT not in memo.entries and BERT not in work.signatures and work.later
+
+
+def test_a_gather_after_nothing_changed_looks_at_no_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The marks say which records moved: an unchanged job is not even looked at."""
+    import trainop.handlers.scheduler as scheduler
+
+    state, config, memo = _state(), OperatorConfig(), GatherMemo()
+    _took_in(state, gather(state, config, NOW, 0.0, memo))
+    gather(state, config, NOW, 0.0, memo)  # both settled now
+    looked: list[str] = []
+    real = scheduler._share
+
+    def counting(state: ShellState, key: str, *rest: Any) -> Any:
+        looked.append(key)
+        return real(state, key, *rest)
+
+    monkeypatch.setattr(scheduler, "_share", counting)
+    work = gather(state, config, NOW, 0.0, memo)
+    assert looked == [] and list(work.signatures) == [BERT, GPT] and not work.pods
+    state.upsert_job(_body("gpt", "2"))
+    work = gather(state, config, NOW, 0.0, memo)
+    assert looked == [GPT] and list(work.pods) == [GPT]
+    _same(work, gather(state, config, NOW, 0.0))

@@ -123,6 +123,7 @@ class Work:
     those whose intake must be made again, and the intakes kept for the rest."""
 
     bodies: list[Mapping[str, Any]] = field(default_factory=list)
+    # The pods of each job whose intake is made again (its key is here even with none).
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     assumed: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     known: dict[str, Any] = field(default_factory=dict)
@@ -132,30 +133,78 @@ class Work:
 
 @dataclass
 class GatherMemo:
-    """Each job's share of the last gather, kept while nothing it read moved, so that an
-    unchanged job costs a dict lookup and a few identity checks (issue 33, part 2).
+    """Each job's share of the last gather, and the gather's output kept with them, so that
+    a job that did not change costs the gather nothing at all (issue 33, part 2).
 
-    A job's share depends on its record (`JobMemory.version` moves with its body, its own
-    status writes, its pods and its assumption; `intake` with the cycle's intake of it;
-    `rejected`; `planned`, the runtime merge its gang was made from) and on what every job
-    reads (nodes, queues/namespaces/priorities/fabrics, runtimes, the config object: the
-    `stamp`; any of it moving forgets every share). Shares that depend on the clock (a
-    restart backoff) or are not final (an intake still to be made) are never kept."""
+    A job's share depends on its record, and the record tells when that moves: every
+    transition of a `JobMemory` that changes what the gather reads (its body, its own status
+    writes, its pods, its assumption, its intake, a refusal, the runtime merge its gang was
+    made from) marks its key in `ShellState.marked`, and a record made or dropped marks it
+    too. It depends as well on what every job reads (nodes, queues/namespaces/priorities/
+    fabrics, runtimes, the config object: the `stamp`); any of that moving makes every
+    share again. Shares that depend on the clock (a restart backoff) or are not final (an
+    intake still to be made) are `unsettled`: made again every gather until they settle.
+
+    The output (`bodies` and `signatures` in key order, `known`) is kept and changed in
+    place; it is laid out again in key order only when jobs come, go, or step into or out
+    of line."""
 
     stamp: tuple[Any, ...] = ()
     keys: list[JobKey] = field(default_factory=list)  # the jobs, sorted
     keyset: set[JobKey] = field(default_factory=set)
-    entries: dict[JobKey, tuple[Any, ...]] = field(default_factory=dict)
+    entries: dict[JobKey, tuple[Any, ...]] = field(default_factory=dict)  # settled shares
+    unsettled: set[JobKey] = field(default_factory=set)
+    # In line, in key order: each job's body and intake signature; and the kept intakes.
+    bodies: dict[JobKey, Mapping[str, Any]] = field(default_factory=dict)
+    signatures: dict[JobKey, tuple[Any, ...]] = field(default_factory=dict)
+    known: dict[JobKey, Any] = field(default_factory=dict)
 
-    def begin(self, state: ShellState, config: OperatorConfig) -> None:
+    def begin(self, state: ShellState, config: OperatorConfig) -> tuple[set[JobKey], bool]:
+        """The jobs to gather again, and whether the output must be laid out again."""
+        marked = state.take_marked()
         stamp = (state.node_revision, state.inputs_revision, state.runtimes_revision)
+        again = marked | self.unsettled
+        relayout = False
         if not self.stamp or self.stamp[0] != stamp or self.stamp[1] is not config:
-            self.stamp, self.entries = (stamp, config), {}
+            self.stamp, self.entries, self.unsettled = (stamp, config), {}, set()
+            again, relayout = set(state.jobs), True
         if self.keyset != state.jobs.keys():
+            came = state.jobs.keys() - self.keyset
+            gone = self.keyset - state.jobs.keys()
             self.keyset = set(state.jobs)
             self.keys = sorted(self.keyset)
-            for gone in [k for k in self.entries if k not in self.keyset]:
-                del self.entries[gone]
+            for key in gone:
+                self.entries.pop(key, None)
+                self.unsettled.discard(key)
+                self.known.pop(key, None)
+            again |= came
+            relayout = True
+        again &= self.keyset
+        return again, relayout
+
+    def settle(self, key: JobKey, mem: JobMemory, share: tuple[Any, ...] | None) -> None:
+        self.entries[key] = (mem, share)
+        self.unsettled.discard(key)
+        if share is not None:
+            self.known[key] = share[2]  # the kept intake (None: a job the intake leaves out)
+        else:
+            self.known.pop(key, None)
+
+    def unsettle(self, key: JobKey) -> None:
+        self.entries.pop(key, None)
+        self.unsettled.add(key)
+        self.known.pop(key, None)
+
+    def lay_out(self, slots: Mapping[JobKey, tuple[Any, ...] | None]) -> None:
+        """`bodies` and `signatures` in key order, from the settled shares and `slots`."""
+        bodies: dict[JobKey, Mapping[str, Any]] = {}
+        signatures: dict[JobKey, tuple[Any, ...]] = {}
+        entries = self.entries
+        for key in self.keys:
+            share = slots[key] if key in slots else entries[key][1]
+            if share is not None:
+                bodies[key], signatures[key] = share[0], share[1]
+        self.bodies, self.signatures = bodies, signatures
 
 
 def gather(
@@ -167,41 +216,34 @@ def gather(
 ) -> Work:
     """The cycle's inputs from the state, on the event loop (bodies are replaced, never
     mutated, so the references stay valid while the decision runs in a worker thread).
-    With `memo` (the loop's, kept across cycles), an unchanged job's share is reused."""
+    With `memo` (the loop's, kept across cycles), only the jobs marked since its last
+    gather, or not settled then, are looked at."""
     memo = memo if memo is not None else GatherMemo()
-    memo.begin(state, config)
+    again, relayout = memo.begin(state, config)
     work = Work()
-    entries, jobs = memo.entries, state.jobs
-    for key in memo.keys:
-        mem = jobs[key]
-        kept = entries.get(key)
-        if (
-            kept is not None
-            and kept[0] is mem
-            and kept[1] == mem.version
-            and kept[2] is mem.intake
-            and kept[3] == (mem.rejected, mem.rejected_generation)
-            and kept[4] is mem.planned
-        ):
-            share = kept[5]
+    slots: dict[JobKey, tuple[Any, ...] | None] = {}  # shares made this gather, by job
+    bodies, signatures = memo.bodies, memo.signatures
+    for key in again:
+        mem = state.jobs[key]
+        share, final = _share(state, key, mem, config, now, started, work)
+        slots[key] = share
+        if final:
+            memo.settle(key, mem, share)
         else:
-            share, final = _share(state, key, mem, config, now, started, work)
-            if final:
-                entries[key] = (
-                    mem,
-                    mem.version,
-                    mem.intake,
-                    (mem.rejected, mem.rejected_generation),
-                    mem.planned,
-                    share,
-                )
-            else:
-                entries.pop(key, None)
-                continue
-        if share is not None:
-            work.bodies.append(share[0])
-            work.signatures[key] = share[1]
-            work.known[key] = share[2]
+            memo.unsettle(key)
+        if relayout:
+            continue
+        if share is None:
+            relayout = key in bodies  # steps out of line: the order is made again
+        elif key in bodies:
+            bodies[key], signatures[key] = share[0], share[1]  # in place: the order holds
+        else:
+            relayout = True  # steps into line
+    if relayout:
+        memo.lay_out(slots)
+    work.bodies = list(memo.bodies.values())
+    work.signatures = memo.signatures
+    work.known = memo.known
     return work
 
 
@@ -214,9 +256,10 @@ def _share(
     started: float,
     work: Work,
 ) -> tuple[tuple[Any, ...] | None, bool]:
-    """One job's share of the gather: (body, signature, kept intake) when it is in line
-    with an intake kept from an earlier cycle, None when it is out of line; and whether
-    that is final (else it went into `work` directly: backoff, or an intake to make)."""
+    """One job's share of the gather: (body, signature, kept intake or None) when it is in
+    line, None when it is out of line; and whether that is final (else it is made again
+    next gather: a backoff, or an intake to make, whose pods and assumption go into
+    `work`)."""
     body = mem.newest()
     if body is None or state.is_rejected(key, body) or state.going_away(key):
         return None, True
@@ -232,12 +275,10 @@ def _share(
     kept = mem.intake
     if kept is not None and kept[0][1] == signature[1] and kept[0][2] is config:
         return (body, signature, kept[1]), True
-    work.bodies.append(body)
-    work.signatures[key] = signature
     work.pods[key] = state.job_pods(key, body["metadata"].get("uid"))
     if mem.assumed is not None:
         work.assumed[key] = state.assumed_holding(key)
-    return None, False
+    return (body, signature, None), False
 
 
 class AdmissionLoop:
@@ -322,12 +363,10 @@ class AdmissionLoop:
             list(work.signatures),  # the bodies' keys, in order
         )
         decided = time.monotonic()
-        for key, job in result.intakes.items():
-            if key in work.known:
-                continue  # kept: the same signature and intake are stored already
+        for key in work.pods:  # the jobs taken in afresh (the rest were kept)
             mem = state.jobs.get(key)
-            if mem is not None:  # else gone while the decision ran
-                mem.took_in(work.signatures[key], job)
+            if mem is not None and key in result.intakes:  # else gone while it ran
+                mem.took_in(work.signatures[key], result.intakes[key])
         changed = self._record(result, started)
         for decision in result.decisions.jobs.values():
             if decision.action == Action.PREEMPT:

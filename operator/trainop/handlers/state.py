@@ -152,8 +152,23 @@ class JobMemory:
     # last resolution with what it was made from (runtimes.resolve_live; ShellState.resolution).
     planned: Resolved | None = None
     merged: tuple[tuple[Any, ...], Resolved | RuntimeProblem] | None = None
+    # The job's key and the shell's set of records the admission cycle must gather again
+    # (ShellState.marked): every transition that changes what the gather reads of the job
+    # adds the key, so a job that did not change costs the gather nothing (issue 33).
+    key: JobKey = field(default="", repr=False, compare=False)
+    marks: set[JobKey] | None = field(default=None, repr=False, compare=False)
 
     # --- transitions: other modules change a record only through these ------------------
+    def mark(self) -> None:
+        """Something the admission cycle's gather reads of this job changed."""
+        if self.marks is not None:
+            self.marks.add(self.key)
+
+    def moved(self) -> None:
+        """Something the job's intake reads changed (its body, pods or assumption)."""
+        self.version += 1
+        self.mark()
+
     def budget_now(self, size: int) -> None:
         """The job's PodDisruptionBudget was just made for a gang of `size` pods, or
         deleted (0)."""
@@ -162,6 +177,7 @@ class JobMemory:
     def planned_from(self, resolved: Resolved) -> None:
         """A gang is created from `resolved`: it keeps this merge while it lives."""
         self.planned = resolved
+        self.mark()
 
     def resolution(
         self,
@@ -215,6 +231,7 @@ class JobMemory:
     def took_in(self, signature: tuple[Any, ...], job: Any) -> None:
         """The admission cycle's intake of this job version (reused while it holds)."""
         self.intake = (signature, job)
+        self.mark()
 
     def requeue_in(self, handle: asyncio.TimerHandle) -> None:
         """The reconcile runs again by `handle`; a requeue pending before is cancelled."""
@@ -234,10 +251,12 @@ class JobMemory:
     def accepted(self) -> None:
         """The spec is tried again (a refusal for good holds only its own generation)."""
         self.rejected = False
+        self.mark()
 
     def refused(self, generation: int | None) -> None:
         """The API server refused this generation of the job for good."""
         self.rejected, self.rejected_generation = True, generation
+        self.mark()
 
     def await_checkpoint(self) -> bool:
         """An eviction starts waiting for the job's checkpoint; False when one waits."""
@@ -368,6 +387,9 @@ class ShellState:
     _fleet: Snapshot | None = None
     _fleet_revision: int = -1
     _jobs_gone: bool = False  # a job went: the next snapshot forgets its memos
+    # Jobs whose record changed since the admission cycle last gathered (JobMemory.mark);
+    # the gather takes and empties it (take_marked).
+    marked: set[JobKey] = field(default_factory=set)
     # When each pod and node was last upserted (monotonic; a job's is in its record):
     # `prune` drops the ones a later full listing no longer holds (deleted while no watch
     # was there to say so).
@@ -390,14 +412,21 @@ class ShellState:
         or create for it)."""
         mem = self.jobs.get(key)
         if mem is None:
-            mem = self.jobs[key] = JobMemory()
+            mem = self.jobs[key] = JobMemory(key=key, marks=self.marked)
+            mem.mark()
         return mem
 
     def _changed_job(self, key: JobKey) -> None:
         """Something the job's intake reads changed: its body, pods or assumption."""
         mem = self.jobs.get(key)
         if mem is not None:
-            mem.version += 1
+            mem.moved()
+
+    def take_marked(self) -> set[JobKey]:
+        """The jobs marked since the last call, and none marked from now on."""
+        taken = set(self.marked)
+        self.marked.clear()  # the same set: every record holds it
+        return taken
 
     def _changed_inputs(self) -> None:
         self.inputs_revision += 1
@@ -597,7 +626,7 @@ class ShellState:
         mem.seen = self.clock()
         old, newest = mem.body, mem.newest()
         mem.body = slim_job(body)
-        mem.version += 1
+        mem.moved()
         if (
             old is None
             or old.get("spec") != body.get("spec")
@@ -620,7 +649,8 @@ class ShellState:
                 if pending is not None:
                     pending.cancel()
             if mem.lock is not None and mem.lock.locked():
-                self.jobs[key] = JobMemory(lock=mem.lock)
+                self.jobs[key] = JobMemory(lock=mem.lock, key=key, marks=self.marked)
+        self.marked.add(key)  # the gather lets it go (or takes in the lock's empty record)
         self._jobs_gone = True
         self.touch()
 
@@ -629,6 +659,7 @@ class ShellState:
         mem = self.jobs.get(key)
         if mem is not None and mem.idle():
             del self.jobs[key]
+            self.marked.add(key)
             if mem.requeue is not None:
                 mem.requeue.cancel()
 
@@ -655,7 +686,7 @@ class ShellState:
         if mem is None or before is None:
             return  # gone meanwhile: nothing to be newer than
         mem.written = slim_job(body)
-        mem.version += 1
+        mem.moved()
         if _finished(before, body):
             self.touch()
 
@@ -845,7 +876,7 @@ class ShellState:
         """Count a gang's GPUs as used from now on (its pods are about to be created)."""
         mem = self.memory(key)
         mem.assumed = Assumed(dict(pods), now + self.assume_ttl)
-        mem.version += 1
+        mem.moved()
         self._assuming.add(key)
         self._settle_assumed(key)
         self.revision += 1  # capacity changed; no wake-up: the cycle that assumed goes on
@@ -865,7 +896,7 @@ class ShellState:
                 if mem.created is None:
                     mem.created = set()
                 mem.created.add(key[1])
-                mem.version += 1
+                mem.moved()
             self.revision += 1  # counted from now on: the cached snapshot is stale
 
     def _pop_inflight(self, pod_key: PodKey) -> None:
@@ -878,7 +909,7 @@ class ShellState:
         jk = job_key(pod_key[0], job) if job else ""
         mem = self.jobs.get(jk) if job else None
         if mem is not None:
-            mem.version += 1
+            mem.moved()
             if mem.created is not None:
                 mem.created.discard(pod_key[1])
                 if not mem.created:
@@ -903,7 +934,7 @@ class ShellState:
         self._assuming.discard(key)
         mem = self.jobs[key]
         mem.assumed = None
-        mem.version += 1
+        mem.moved()
         return True
 
     def _drop_inflight(self, key: JobKey) -> None:
