@@ -25,8 +25,8 @@ from tests.builders import H100, job, node, queue
 from trainop.inventory import Snapshot, build_snapshot
 from trainop.planner import OperatorConfig, Plan
 from trainop.queueing.cluster import Inputs, PassResult, cycle_inputs, decide
-from trainop.queueing.model import Action, QueuedJob
-from trainop.queueing.tail import TailMemo
+from trainop.queueing.model import Action, JobDecision, QueuedJob
+from trainop.queueing.tail import Run, TailMemo, _held
 
 NODES = [  # 6 DGX H100 nodes in 2 racks of 3
     node(f"n{r}-{k}").gpus(8).gfd(H100, "550.54.14", ("9", "0")).rack(f"r{r}").block("b").build()
@@ -261,3 +261,27 @@ def test_positions_move_when_a_job_ahead_leaves() -> None:
 
 def _positions(decisions: Mapping[str, Any]) -> dict[str, int]:
     return {k: d.position for k, d in decisions.items() if d.action == Action.WAIT}
+
+
+def test_memo_keys_are_looked_up_again_only_after_a_drop() -> None:
+    """A run's memo keys were all there when it was recorded; while the same memo has only
+    grown since (no `forget_static` drop), they are not looked up again. After a drop, the
+    run holds only up to the first job whose key is gone."""
+    snapshot = build_snapshot(NODES)
+    memo = snapshot.memo_view()
+    jobs = [_queued(f"ns-a/j{n}") for n in range(3)]
+    for n in range(3):
+        memo[("static", "placeable", n)] = True
+    run = Run(("state",), seen_in=(memo, memo.drops))
+    for n, j in enumerate(jobs):
+        wait = JobDecision(j.key, "qa", Action.WAIT, "NoFit", "", n + 1)
+        run.add(j, wait, (("static", "placeable", n),))
+    assert _held(run, 0, jobs, 0, memo) == 3
+    snapshot.forget_static(lambda key: key == ("static", "placeable", 1))
+    assert memo.drops == 1
+    assert _held(run, 0, jobs, 0, memo) == 1  # j0's key is there, j1's is not
+    assert _held(run, 0, jobs, 0, dict(memo)) == 1  # a plain dict: always looked up
+
+
+def _queued(key: str) -> QueuedJob:
+    return QueuedJob(key=key, queue="qa", gpus=8, created=0.0)

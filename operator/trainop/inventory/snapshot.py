@@ -112,6 +112,16 @@ class Reservation(Protocol):
 Reservations = Mapping[str, int] | Iterable[Reservation]
 
 
+class StaticMemo(dict[Any, Any]):
+    """The "static" memo of a family of snapshots: a dict that only grows, but for
+    `Snapshot.forget_static`, which counts what it drops in `drops`. So a caller that saw
+    some keys in it can tell they are all still there from (the same memo, the same drops)
+    without looking each one up again (queueing.tail; at 10,000 waiting jobs the lookups,
+    each hashing a nested tuple, were 3 ms of a 25 ms cycle)."""
+
+    drops: int = 0
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """An immutable view of the fleet; derive what-if views with with_reserved / with_released."""
@@ -125,7 +135,7 @@ class Snapshot:
     _memo: dict[Any, Any] = field(init=False, repr=False, compare=False)
     # The "static" memo entries (values that do not depend on GPU use): one dict shared by
     # every snapshot derived from this one (same nodes), never copied (issue 33, part 2).
-    _static: dict[Any, Any] = field(init=False, repr=False, compare=False)
+    _static: StaticMemo = field(init=False, repr=False, compare=False)
     # Node name -> position in `nodes` (shared by every snapshot derived from this one).
     _pos: dict[str, int] = field(init=False, repr=False, compare=False)
     # Delta memos (see `delta_memo`): where a derived snapshot finds its parent's values,
@@ -157,7 +167,7 @@ class Snapshot:
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_domains", {})
         object.__setattr__(self, "_memo", {})
-        object.__setattr__(self, "_static", {})
+        object.__setattr__(self, "_static", StaticMemo())
         object.__setattr__(self, "_pos", {n.name: i for i, n in enumerate(nodes)})
         object.__setattr__(self, "_src", None)
         object.__setattr__(self, "_changed", frozenset())
@@ -176,7 +186,7 @@ class Snapshot:
         most = max((f for f, c in self._free_hist.items() if c > 0), default=0)
         return self._free_total, most
 
-    def memo_view(self) -> Mapping[Any, Any]:
+    def memo_view(self) -> StaticMemo:
         """The "static" memo as it is (read only): to ask whether such a key was computed."""
         return self._static
 
@@ -278,7 +288,7 @@ class Snapshot:
         per-job entries in it. Its delta memos are built afresh on first use."""
         object.__setattr__(self, "_src", None)
         object.__setattr__(self, "_changed", frozenset())
-        object.__setattr__(self, "_static", {})
+        object.__setattr__(self, "_static", StaticMemo())
         return self
 
     def forget_static(self, drop: Callable[[Any], bool]) -> None:
@@ -289,6 +299,7 @@ class Snapshot:
         for key in list(memo):  # a copy: the cycle's worker may add entries meanwhile
             if drop(key):
                 memo.pop(key, None)
+                memo.drops += 1
 
     def inherit_static(self, other: Snapshot) -> None:
         """Share `other`'s "static" memo: for a snapshot of the same nodes (names, labels,

@@ -49,6 +49,9 @@ class Run:
     jobs: list[QueuedJob] = field(default_factory=list)
     decisions: list[JobDecision] = field(default_factory=list)
     needs: list[tuple[Hashable, ...]] = field(default_factory=list)  # memo keys per job
+    # The memo and its drop count when every key of `needs` was last seen in it: while both
+    # hold, the keys are all still there (the memo only grows between drops).
+    seen_in: tuple[Any, int] | None = None
 
     def add(self, job: QueuedJob, decision: JobDecision, needs: tuple[Hashable, ...]) -> None:
         self.jobs.append(job)
@@ -151,7 +154,8 @@ class TailMemo:
         that a run of the last pass holds, in an equal state; and the run this pass goes on
         recording (those jobs already in it)."""
         found = self.find(queue, line[start].key)
-        run = Run(state)
+        drops = getattr(memo, "drops", None)  # a memo that counts its drops (StaticMemo)
+        run = Run(state, seen_in=None if drops is None else (memo, drops))
         if found is None or found[0].state != state:
             return [], run
         old, first = found
@@ -190,8 +194,10 @@ def _held(old: Run, first: int, line: Sequence[QueuedJob], start: int, memo: Con
     tail that did not change), then job by job up to the first difference."""
     size = min(len(old.jobs) - first, len(line) - start)
     jobs, needs = old.jobs[first : first + size], old.needs[first : first + size]
-    if all(map(operator.is_, jobs, line[start : start + size])) and all(
-        map(memo.__contains__, chain.from_iterable(needs))
+    seen = old.seen_in
+    same = seen is not None and seen[0] is memo and seen[1] == getattr(memo, "drops", None)
+    if all(map(operator.is_, jobs, line[start : start + size])) and (
+        same or all(map(memo.__contains__, chain.from_iterable(needs)))
     ):
         return size
     count = 0
