@@ -36,8 +36,14 @@ lock: install
 build-binaries: install
 	$(TRAINOP) cluster build
 
+# Integration modules mostly wait on their API server and on polls, so pytest-xdist runs
+# them TEST_WORKERS at a time, whole modules to a worker (--dist loadfile: module fixtures and
+# clusters stay per module), each worker on a cluster of its own (tests/integration/conftest.py);
+# the unit modules come last and fill the workers as the integration modules end.
+TEST_WORKERS ?= 3
 test: install build-binaries
-	$(PYTEST) tests/unit tests/integration tests/e2e --durations=25
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  tests/integration tests/e2e tests/unit --durations=25
 
 test-unit: install
 	$(PYTEST) tests/unit

@@ -16,7 +16,10 @@ import pytest
 from trainop.api.progress import PROGRESS_AUDIENCE, PROGRESS_PATH
 from trainop.cluster.local import LocalCluster
 
-CLUSTER_NAME = os.environ.get("TRAINOP_TEST_CLUSTER", "trainop-it")
+# Under pytest-xdist (make test: -n), each worker runs its modules on a cluster of its own.
+CLUSTER_NAME = os.environ.get("TRAINOP_TEST_CLUSTER", "trainop-it") + (
+    f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+)
 
 
 class Kube:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,23 @@ def node_schedulable(node: dict[str, Any]) -> bool:
 def state_root() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "trainop"
+
+
+@contextlib.contextmanager
+def _creating() -> Iterator[None]:
+    """One `kwokctl create cluster` at a time on this machine: kwokctl gives a new cluster's
+    components the first free ports below 32768, found by trying them, so two clusters
+    created at once (make test's workers, a bench beside them) can be given the same ports.
+    Held until the components listen (kwokctl's --wait)."""
+    import fcntl
+
+    state_root().mkdir(parents=True, exist_ok=True)
+    with open(state_root() / "create.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def stages_path() -> Path:
@@ -191,29 +209,8 @@ class LocalCluster:
                 "kube-scheduler, kwok)"
             )
             self.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-            self.kwokctl(
-                "create",
-                "cluster",
-                "--runtime",
-                "binary",
-                "--kube-apiserver-binary",
-                str(bins["kube-apiserver"]),
-                "--kube-controller-manager-binary",
-                str(bins["kube-controller-manager"]),
-                "--kube-scheduler-binary",
-                str(bins["kube-scheduler"]),
-                "--etcd-binary",
-                str(bins["etcd"]),
-                "--kwok-controller-binary",
-                str(bins["kwok"]),
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--config",
-                str(stages_path()),
-                "--wait",
-                "90s",
-                *gate_flags(self.kubernetes),
-            )
+            with _creating():
+                self._create(bins)
             self._version_file.write_text(self.kubernetes + "\n")
         applying = time.monotonic()
         self.apply_fleet(the_fleet)
@@ -228,6 +225,31 @@ class LocalCluster:
         took = time.monotonic() - started
         _say(f"cluster {self.name!r} ready in {took:.1f} s; KUBECONFIG={self.kubeconfig}")
         return took
+
+    def _create(self, bins: dict[str, Path]) -> None:
+        self.kwokctl(
+            "create",
+            "cluster",
+            "--runtime",
+            "binary",
+            "--kube-apiserver-binary",
+            str(bins["kube-apiserver"]),
+            "--kube-controller-manager-binary",
+            str(bins["kube-controller-manager"]),
+            "--kube-scheduler-binary",
+            str(bins["kube-scheduler"]),
+            "--etcd-binary",
+            str(bins["etcd"]),
+            "--kwok-controller-binary",
+            str(bins["kwok"]),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--config",
+            str(stages_path()),
+            "--wait",
+            "90s",
+            *gate_flags(self.kubernetes),
+        )
 
     # --- real nodes -----------------------------------------------------------------
 
