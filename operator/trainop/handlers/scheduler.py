@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from trainop import metrics, shellrules
@@ -75,6 +76,8 @@ def _worth_telling(old: Verdict | None, new: Verdict, now: float) -> bool:
         return False
     return a.position != b.position or now - old.told >= MESSAGE_REFRESH_SECONDS
 
+
+_ACTION = attrgetter("action")
 
 # Decisions that reach the job: a verdict to carry out (elastic resizes included).
 _TOLD = (Action.ADMIT, Action.WAIT, Action.GROW, Action.SHRINK)
@@ -394,7 +397,7 @@ class AdmissionLoop:
         metrics.ASSUMED_GPUS.set(assumed_gpus)
         metrics.ADMISSION_CYCLES.inc()
         metrics.ADMISSION_CYCLE_SECONDS.observe(self.last_cycle_seconds)
-        actions = Counter(d.action for d in result.decisions.jobs.values())
+        actions = Counter(map(_ACTION, result.decisions.jobs.values()))
         pending = sum(actions[a] for a in (Action.ADMIT, Action.WAIT, Action.PREEMPT))
         level = logging.INFO if pending else logging.DEBUG
         log.log(
@@ -414,9 +417,11 @@ class AdmissionLoop:
         """Store verdicts and assume admitted gangs; return the jobs whose verdict changed."""
         state = self.state
         changed: list[JobKey] = []
+        jobs = state.jobs
         for key, decision in result.decisions.jobs.items():
-            mem = state.jobs.get(key)
-            if mem is not None and mem.verdict is not None and mem.verdict.source is decision:
+            mem = jobs.get(key)
+            verdict = mem.verdict if mem is not None else None
+            if verdict is not None and verdict.source is decision:
                 # A wait of a kept tail (queueing.tail): the very decision this verdict was
                 # made from, for the same QueuedJob, so the same job version: it stands.
                 continue

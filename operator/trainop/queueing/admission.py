@@ -58,6 +58,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from trainop.inventory import Snapshot
@@ -112,6 +113,9 @@ class _Outcome:
 # JobDecision.admitted, as a set to test an action against.
 _ADMITTED = frozenset((Action.ADMIT, Action.KEEP, Action.GROW, Action.SHRINK))
 
+# A job's key and queue, read in C over every job of a pass (no Python-level loop).
+_KEY, _QUEUE = attrgetter("key"), attrgetter("queue")
+
 # The one candidate of an unlimited queue (frozen: shared by every job of every pass).
 _UNLIMITED = Candidate(QuotaGroup(ANY_GROUP, (), 0), ())
 
@@ -137,10 +141,10 @@ class _Pass:
             if q.name in self.queues:
                 raise ValueError(f"two queues are called {q.name!r}")
             self.queues[q.name] = q
-        if any(j.queue == BUILTIN_QUEUE_NAME for j in jobs):
-            self.queues.setdefault(BUILTIN_QUEUE_NAME, BUILTIN_QUEUE)
         self.jobs = list(jobs)
-        self.keys = [j.key for j in self.jobs]
+        if BUILTIN_QUEUE_NAME in set(map(_QUEUE, self.jobs)):
+            self.queues.setdefault(BUILTIN_QUEUE_NAME, BUILTIN_QUEUE)
+        self.keys = list(map(_KEY, self.jobs))
         if len(set(self.keys)) != len(self.keys):
             raise ValueError("two jobs share a key")
         self.snapshot = snapshot
@@ -215,8 +219,12 @@ class _Pass:
                 self.moving[job.key] = need
 
     def line_up(self) -> None:
+        queues, lines = self.queues, self.lines
         for job in self.jobs:
             if job.admitted:
+                continue
+            if job.queue in queues and not job.blocked_reason:  # (the usual case first)
+                lines[job.queue].append(job)
                 continue
             if job.blocked_reason:
                 self.decisions[job.key] = JobDecision(
@@ -237,8 +245,6 @@ class _Pass:
                     f"spec.queue: TrainingQueue {job.queue} does not exist",
                     gpus=job.gpus,
                 )
-                continue
-            self.lines[job.queue].append(job)
         for name, line in self.lines.items():
             if self.tails is None:
                 line.sort(key=line_order)
@@ -753,16 +759,19 @@ class _Pass:
         used: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
         pending: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
         counts = {name: [0, 0] for name in self.queues}  # admitted, waiting
+        admitted, wait = _ADMITTED, Action.WAIT
         for d in self.decisions.values():
-            if d.queue not in counts:
+            queue = d.queue
+            if queue not in counts:
                 continue
-            if d.action in _ADMITTED:
-                counts[d.queue][0] += 1
-                used[d.queue][d.group or ANY_GROUP] += d.gpus
-            elif d.action == Action.WAIT:
-                counts[d.queue][1] += 1
+            action = d.action
+            if action == wait:
+                counts[queue][1] += 1
                 if d.group:
-                    pending[d.queue][d.group] += d.gpus
+                    pending[queue][d.group] += d.gpus
+            elif action in admitted:
+                counts[queue][0] += 1
+                used[queue][d.group or ANY_GROUP] += d.gpus
         out: dict[str, QueueUsage] = {}
         for name in sorted(self.queues):
             q, u, p = self.queues[name], used[name], pending[name]

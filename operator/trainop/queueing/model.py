@@ -277,7 +277,7 @@ def queue_invalid_message(queue: QueueState) -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueuedJob:
     """One TrainingJob as admission sees it: pending (admitted False) or holding GPUs.
 
@@ -385,7 +385,7 @@ class Placer(Protocol):
     ) -> Fit | Unfit: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobDecision:
     """The verdict for one job; `admitted`, `reason`, `message`, `position` match
     reconcile.Admission, so a decision can stand in for it.
