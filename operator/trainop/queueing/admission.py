@@ -759,7 +759,7 @@ class _Pass:
         used: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
         pending: dict[str, dict[str, int]] = {name: defaultdict(int) for name in self.queues}
         counts = {name: [0, 0] for name in self.queues}  # admitted, waiting
-        admitted, wait = _ADMITTED, Action.WAIT
+        holding, wait = _ADMITTED, Action.WAIT
         for d in self.decisions.values():
             queue = d.queue
             if queue not in counts:
@@ -769,7 +769,7 @@ class _Pass:
                 counts[queue][1] += 1
                 if d.group:
                     pending[queue][d.group] += d.gpus
-            elif action in admitted:
+            elif action in holding:
                 counts[queue][0] += 1
                 used[queue][d.group or ANY_GROUP] += d.gpus
         out: dict[str, QueueUsage] = {}
