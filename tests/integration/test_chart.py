@@ -135,7 +135,8 @@ OPERATOR_MUST_NOT = [
     ("escalate", "clusterroles.rbac.authorization.k8s.io"),
 ]
 
-FORBIDDEN_LOG = re.compile(r"\b403\b|[Ff]orbidden|Not enough permissions")
+# Not a 403 after a comma: the log's timestamps end in ",<milliseconds>" (",403" once failed CI).
+FORBIDDEN_LOG = re.compile(r"(?<!,)\b403\b|[Ff]orbidden|Not enough permissions")
 
 
 # --- fixtures -------------------------------------------------------------------------------
