@@ -1059,3 +1059,30 @@ def test_the_shell_waits_for_a_missing_runtime_then_plans_from_it() -> None:
     planned = state.jobs[key].planned
     assert planned is not None and planned.runtime is not None
     assert planned.runtime.generation == 1
+
+
+def test_a_kept_decision_is_recorded_again_once_its_verdict_was_dropped() -> None:
+    """The loop skips a decision that is the very object of its last cycle (a kept tail's
+    wait) for a job not marked since; a dropped verdict (JobMemory.undecided) marks the
+    job, so its kept decision is recorded again."""
+    from bench.admission import Bench, Gang, fleet, job_body, mixed_gangs
+
+    bench = Bench(fleet(50))  # 2 racks of 25 DGX nodes, filled by two 25-pod gangs
+    bench.add_jobs([job_body(Gang(f"f{i:05d}", 25, 8)) for i in range(2)])
+    while bench.cycle()[1]:
+        pass
+    bench.add_jobs([job_body(g) for g in mixed_gangs(40, 5, 8)])
+    for _ in range(3):  # the waiting tails are kept from the third cycle on
+        bench.cycle()
+    last = dict(bench.loop.recorded)
+    bench.cycle()
+    kept = sorted(k for k, d in bench.loop.recorded.items() if last.get(k) is d)
+    assert len(kept) >= 30  # the same decision objects: not looked at
+    key = kept[-1]
+    mem = bench.state.jobs[key]
+    before = mem.verdict
+    assert before is not None and not before.admission.admitted
+    mem.undecided()
+    bench.cycle()
+    assert bench.loop.recorded[key] is last[key]
+    assert mem.verdict is not None and mem.verdict.admission == before.admission

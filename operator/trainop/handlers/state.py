@@ -227,6 +227,7 @@ class JobMemory:
         """Forget the verdict (carried out, made for an older spec, or failed): the loop
         decides again."""
         self.verdict = None
+        self.mark()  # (the loop's record of its decisions looks at it again too)
 
     def took_in(self, signature: tuple[Any, ...], job: Any) -> None:
         """The admission cycle's intake of this job version (reused while it holds)."""
