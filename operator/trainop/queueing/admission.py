@@ -130,6 +130,7 @@ class _Pass:
         place: Placer,
         topology_wait_seconds: float = 1800.0,
         tails: TailMemo | None = None,
+        keys: Sequence[str] | None = None,
     ) -> None:
         self.now = now
         self.tails = tails
@@ -144,9 +145,12 @@ class _Pass:
         self.jobs = list(jobs)
         if BUILTIN_QUEUE_NAME in set(map(_QUEUE, self.jobs)):
             self.queues.setdefault(BUILTIN_QUEUE_NAME, BUILTIN_QUEUE)
-        self.keys = list(map(_KEY, self.jobs))
-        if len(set(self.keys)) != len(self.keys):
-            raise ValueError("two jobs share a key")
+        if keys is None:
+            self.keys = list(map(_KEY, self.jobs))
+            if len(set(self.keys)) != len(self.keys):
+                raise ValueError("two jobs share a key")
+        else:  # the caller's, unique (a dict's keys) and in the jobs' order
+            self.keys = list(keys)
         self.snapshot = snapshot
         self.place = place
         self.fleet = fleet_products(snapshot)
@@ -823,6 +827,7 @@ def admit(
     *,
     topology_wait_seconds: float = 1800.0,
     tails: TailMemo | None = None,
+    keys: Sequence[str] | None = None,
 ) -> Decisions:
     """Decide which pending jobs are admitted now, which wait and why, and who is preempted.
 
@@ -832,10 +837,11 @@ def admit(
     pods holding their GPUs. try_place: the placer (see model.Placer).
     topology_wait_seconds: the bound of topology-aware waiting for queues that set none
     (OperatorConfig.topology_wait_seconds). tails: the waiting tails of the caller's last
-    pass (queueing.tail), for the same decisions at a cost that follows what changed. See
-    the module doc.
+    pass (queueing.tail), for the same decisions at a cost that follows what changed.
+    keys: the jobs' keys in their order, when the caller has them (unique: read from a
+    dict), so the pass does not read them again. See the module doc.
     """
-    p = _Pass(now, queues, jobs, snapshot, try_place, topology_wait_seconds, tails)
+    p = _Pass(now, queues, jobs, snapshot, try_place, topology_wait_seconds, tails, keys)
     if tails is not None:
         tails.begin()
     p.charge_admitted()

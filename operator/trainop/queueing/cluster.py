@@ -499,6 +499,7 @@ def decide(
         placer,
         topology_wait_seconds=config.topology_wait_seconds,
         tails=tails.valid_for(config) if tails is not None else None,
+        keys=list(in_line),
     )
     moves = _moves(now, decisions, jobs, by_key, usable, placer, config)
     tree = build_tree(usable)
