@@ -127,9 +127,12 @@ def plan_preemption(
     the queue, each group of `cands` in order (`excluded`: groups held for another head).
     `protect`: leave out gangs younger than their queue's minRunSeconds (the rule; False
     only to tell what the guarantee blocked, `protection_note`)."""
-    pool = [
-        r for r in running if not r.fresh and not (protect and protected_for(r, ledger.queues) > 0)
-    ]
+    queues = ledger.queues
+
+    def may_go(r: Running) -> bool:  # asked only of gangs the cheaper tests let through
+        return not r.fresh and not (protect and protected_for(r, queues) > 0)
+
+    pool = list(running)  # walked once per candidate group
     if (q.cohort or ledger.in_tree(q)) and q.reclaim_within_cohort and not q.unlimited:
         members = set(ledger.members(q)) - {q.name}
         for c in (c for c in cands if c.group.name not in excluded):
@@ -137,7 +140,8 @@ def plan_preemption(
             if ledger.used[(q.name, k)] + job.gpus > q.nominal(k):
                 continue  # reclaim restores nominal quota only
             lent = sorted(
-                (r for r in pool if r.queue in members and r.group == k), key=victim_order
+                (r for r in pool if r.queue in members and r.group == k and may_go(r)),
+                key=victim_order,
             )
             plan = _search_shrinking_first(c, lent, RECLAIM, ledger, fits, q.name)
             if plan is not None:
@@ -145,7 +149,11 @@ def plan_preemption(
     if q.within_queue == "LowerPriority":
         for c in (c for c in cands if c.group.name not in excluded):
             lower = sorted(
-                (r for r in pool if r.queue == q.name and r.job.priority < job.priority),
+                (
+                    r
+                    for r in pool
+                    if r.queue == q.name and r.job.priority < job.priority and may_go(r)
+                ),
                 key=same_group_first(c.group.name),
             )
             plan = _search_shrinking_first(c, lower, PRIORITY, ledger, fits)
@@ -220,6 +228,10 @@ def protection_note(
     would take without the guarantee, and in how long the last of them may be taken
     (""): nothing protected would have helped)."""
     pool = [r for r in running if not r.fresh]
+    if all(q.min_run_seconds <= 0 for q in ledger.queues.values()) and all(
+        r.job.class_min_run_seconds <= 0 for r in pool
+    ):
+        return ""  # no guarantee anywhere (asked of every head that waits: the cheap test)
     if not any(protected_for(r, ledger.queues) > 0 for r in pool):
         return ""
     plan = plan_preemption(job, q, cands, excluded, ledger, pool, fits, protect=False)
