@@ -11,10 +11,12 @@ PYTEST := $(VENV)/bin/pytest
 
 # The venv installs exactly requirements-dev.lock (every version pinned, hashes checked), then
 # trainop itself without dependencies: two installs from one checkout get the same packages.
+# --no-compile: Python compiles a module when it is first imported, and most of the 77
+# packages' modules never are (a fresh CI clone: 59 s -> 17 s for this line, 22 -> 7 s CPU).
 $(VENV)/.installed: pyproject.toml requirements-dev.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q --require-hashes -r requirements-dev.lock
+	$(VENV)/bin/pip install -q --no-compile --require-hashes -r requirements-dev.lock
 	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
