@@ -133,6 +133,7 @@ class Work:
     signatures: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     later: list[float] = field(default_factory=list)  # restart backoffs ending (monotonic)
     looked: set[str] = field(default_factory=set)  # the jobs the gather looked at again
+    by_key: Mapping[str, Mapping[str, Any]] | None = None  # `bodies` by key, in order
 
 
 @dataclass
@@ -245,7 +246,7 @@ def gather(
             relayout = True  # steps into line
     if relayout:
         memo.lay_out(slots)
-    work.bodies = list(memo.bodies.values())
+    work.bodies, work.by_key = list(memo.bodies.values()), memo.bodies
     work.signatures = memo.signatures
     work.known = memo.known
     return work
@@ -367,7 +368,8 @@ class AdmissionLoop:
             work.assumed,
             work.known,
             self.tails,
-            list(work.signatures),  # the bodies' keys, in order
+            None,
+            work.by_key,  # the same bodies by key, in order (the gather keeps them so)
         )
         decided = time.monotonic()
         for key in work.pods:  # the jobs taken in afresh (the rest were kept)

@@ -177,10 +177,17 @@ class _Pass:
         kept = tails.keeps if tails is not None else {}
         same = tails.same_queues(self.queues) if tails is not None else frozenset()
         keeps: dict[str, tuple[QueuedJob, str, JobDecision]] = {}
+        queues, charge, running, decisions, now = (
+            self.queues,
+            self.ledger.charge,
+            self.running,
+            self.decisions,
+            self.now,
+        )
         for job in self.jobs:
             if not job.admitted:
                 continue
-            q = self.queues.get(job.queue)
+            q = queues.get(job.queue)
             if q is None:  # its queue was deleted: it keeps running, charged nowhere
                 self.decisions[job.key] = JobDecision(
                     job.key, job.queue, Action.KEEP, gpus=job.gpus
@@ -195,9 +202,9 @@ class _Pass:
                     job.key, q.name, Action.KEEP, group=group, gpus=job.gpus, borrowed=0
                 )
             keeps[job.key] = (job, group, decision)
-            self.ledger.charge(q.name, group, job.gpus)
-            self.running[job.key] = Running(job, group, at=self.now)
-            self.decisions[job.key] = decision
+            charge(q.name, group, job.gpus)
+            running[job.key] = Running(job, group, at=now)
+            decisions[job.key] = decision
         if tails is not None:
             tails.keep_running(self.queues, keeps)
         self.ledger.begin_history(self.now)

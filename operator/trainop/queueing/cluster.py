@@ -464,20 +464,25 @@ def decide(
     known: Mapping[str, QueuedJob | None] | None = None,
     tails: TailMemo | None = None,
     keys: Sequence[str] | None = None,
+    by_key: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PassResult:
     """One admission cycle over `bodies`. `known`: intakes the caller kept from an earlier
     pass for jobs that did not change since (their pods and assumptions need not be given).
     `tails`: the caller's memo of waiting tails (queueing.tail), kept across its passes; it
     is valid for one config (the placer's answers depend on it) and for the QueuedJobs of
     `known`, handed back as the same objects. `keys`: each body's job key, in order, when
-    the caller has them (else read from the bodies)."""
+    the caller has them (else read from the bodies). `by_key`: the same bodies by key, in
+    the same order, when the caller keeps them so (then `bodies` and `keys` are not read)."""
     known = known or {}
-    names = list(keys) if keys is not None else [job_key(b) for b in bodies]
-    if len(names) != len(bodies):
-        raise ValueError(f"{len(names)} keys for {len(bodies)} bodies")
-    by_key: dict[str, Mapping[str, Any]] = dict(zip(names, bodies, strict=True))
-    if len(by_key) != len(names):
-        raise ValueError("two jobs share a key")
+    if by_key is None:
+        names = list(keys) if keys is not None else [job_key(b) for b in bodies]
+        if len(names) != len(bodies):
+            raise ValueError(f"{len(names)} keys for {len(bodies)} bodies")
+        by_key = dict(zip(names, bodies, strict=True))
+        if len(by_key) != len(names):
+            raise ValueError("two jobs share a key")
+    else:
+        names = list(by_key)
     # Every body's intake: the kept ones as handed back (C-level, no loop over the jobs
     # that did not change), then the others, made in place so the order stays the bodies'.
     intakes: dict[str, QueuedJob | None] = dict(zip(names, map(known.get, names), strict=True))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from trainop.queueing.model import QueuedJob
 
 
-@dataclass
+@dataclass(slots=True)
 class Running:
     """An admitted job as the pass sees it: charged to `group`; `fresh` when admitted in
     this pass (never a victim of the same pass)."""
