@@ -10,6 +10,7 @@ as placer, and returns the decisions, each queue's usage for its status and ever
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -133,6 +134,13 @@ def _checkpoint_time(status: Mapping[str, Any]) -> str | None:
 def _ts(text: str | None) -> float | None:
     if not text:
         return None
+    return _parsed_ts(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _parsed_ts(text: str) -> float | None:
+    # Kept (pure): a job's timestamps are read again at every intake of it, and strptime
+    # was a tenth of a running gang's intake.
     try:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").timestamp()
     except ValueError:
