@@ -332,7 +332,7 @@ class _Pass:
         base = self.waiting[q.name]
         # Positions in a run are consecutive: when its first is right, all are.
         moved = kept if not kept or kept[0].position == base + 1 else _moved(kept, base)
-        self.decisions.update((d.key, d) for d in moved)
+        self.decisions.update(zip(run.keys, moved, strict=True))
         self.waiting[q.name] = base + len(moved)
         run.decisions = moved
         return run

@@ -49,6 +49,7 @@ class Run:
     jobs: list[QueuedJob] = field(default_factory=list)
     decisions: list[JobDecision] = field(default_factory=list)
     needs: list[tuple[Hashable, ...]] = field(default_factory=list)  # memo keys per job
+    keys: list[str] = field(default_factory=list)  # the jobs' keys (read once, when added)
     # The memo and its drop count when every key of `needs` was last seen in it: while both
     # hold, the keys are all still there (the memo only grows between drops).
     seen_in: tuple[Any, int] | None = None
@@ -57,6 +58,7 @@ class Run:
         self.jobs.append(job)
         self.decisions.append(decision)
         self.needs.append(needs)
+        self.keys.append(job.key)
 
 
 def plain_wait(decision: JobDecision) -> bool:
@@ -161,7 +163,7 @@ class TailMemo:
         old, first = found
         end = first + _held(old, first, line, start, memo)
         run.jobs, run.needs = old.jobs[first:end], old.needs[first:end]
-        run.decisions = old.decisions[first:end]
+        run.decisions, run.keys = old.decisions[first:end], old.keys[first:end]
         self.replayed += end - first
         return run.decisions, run
 
@@ -176,14 +178,12 @@ class TailMemo:
             return found
         if self._every is None:
             self._every = {
-                (name, job.key): (run, i)
-                for name, run in self._last
-                for i, job in enumerate(run.jobs)
+                (name, key): (run, i) for name, run in self._last for i, key in enumerate(run.keys)
             }
         return self._every.get((queue, key))
 
     def finish(self) -> None:
-        self.runs = {(queue, run.jobs[0].key): (run, 0) for queue, run in self._next}
+        self.runs = {(queue, run.keys[0]): (run, 0) for queue, run in self._next}
         self._last, self._every, self._next = self._next, None, []
         self.lines, self._lines = self._lines, {}
 
