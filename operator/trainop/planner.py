@@ -8,7 +8,7 @@ what the operator creates.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -748,6 +748,18 @@ def ideal_placement(
     return chosen.result if isinstance(chosen.result, Placement) else None
 
 
+def needs_gate(pod_plans: Sequence[PodPlan]) -> bool:
+    """Whether a gang's pods are created behind trainop's scheduling gate (and released by
+    a PATCH each once all exist): only a gang of two or more with a pod left to
+    kube-scheduler (a CPU role such as MPI's Launcher or TensorFlow's PS). A gang of one is
+    whole the moment it exists. A pod pinned to its planned node can bind nowhere else,
+    on GPUs the planner has counted for it, so a gate would hold back nothing that binding
+    could get wrong; a gang that is never whole (a create failed, the operator stopped
+    mid-create) is deleted and re-planned while its status still says Admitted
+    (reconcile._incomplete; docs/operator.md#gang-creation)."""
+    return len(pod_plans) > 1 and any(p.node is None for p in pod_plans)
+
+
 def build_plan(
     ref: JobRef,
     spec: TrainingJobSpec,
@@ -789,8 +801,7 @@ def build_plan(
     ]
     claim_templates, imex, domain = _dra_objects(ref, placement, config.dra, gpu_roles)
 
-    # A gang of one pod is whole the moment it exists: no gate to release (one write less).
-    gate = gated and len(pod_plans) > 1
+    gate = gated and needs_gate(pod_plans)
 
     def build_pods() -> tuple[dict[str, Any], ...]:
         pods = [

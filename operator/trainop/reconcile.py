@@ -4,7 +4,7 @@ Level-based: every call looks at the whole observed state and says what to do ne
 missed event, an operator restart or a pod deleted by hand converge on the next call.
 
 Lifecycle (phases; each also a condition):
-  Queued -> Admitted (gang created, gated, then ungated together) -> Running
+  Queued -> Admitted (gang created: pinned, ungated; or gated, then ungated together) -> Running
   -> Succeeded | Failed;  Restarting between gangs;  Suspended;  Invalid.
 Success policy: AllWorkers (default) - every pod of the success roles exited 0 (Worker; the
 Chief for TensorFlow jobs that have one; the Launcher for MPI). RankZero - rank 0 exited 0.
@@ -518,7 +518,7 @@ def _on_admitted(ctx: _Ctx) -> Actions:
         # A half-created gang (operator stopped mid-create): nothing ran yet, so
         # start over rather than trust an old placement.
         ctx.delete_all()
-        ctx.st.replan("Replanning", "gang was incomplete; re-planning")
+        ctx.st.replan("Replanning", "gang was incomplete before it ran; re-planning")
         return ctx.finish(requeue=1.0)
     lost = _lost_nodes(gated, ctx.fleet())
     if lost:
@@ -545,6 +545,8 @@ def _keep_other_gates(acts: Actions, pod: Mapping[str, Any]) -> None:
 def _on_running(ctx: _Ctx) -> Actions:
     """A released gang: success first, then failures, then what keeps it from running."""
     missing = _stray_and_missing(ctx)
+    if missing and _incomplete(ctx, missing):
+        return ctx.finish(requeue=1.0)
     for step in (_succeeded, _failed):
         done = step(ctx)
         if done is not None:
@@ -606,14 +608,35 @@ def _stray_and_missing(ctx: _Ctx) -> set[str]:
     return expected - have
 
 
-def _growing(ctx: _Ctx, missing: set[str]) -> bool:
-    """An elastic job admitted to a larger size: create the missing Workers from the
-    growth's plan (they join the running rendezvous); the others keep running."""
+def _incomplete(ctx: _Ctx, missing: set[str]) -> bool:
+    """A gang that lacks pods while its status still says Admitted (written before its
+    pods were created; Running is written once every pod runs) was never whole: a create
+    failed, or the operator stopped mid-create. Pinned gangs are created without a gate
+    (planner.needs_gate), so its pods may have started and failed waiting for peers that
+    never came: nothing of it is judged as a gang's run. Deleted and planned again, not
+    counted, as a gated gang found incomplete is (`_on_admitted`)."""
+    if ctx.st.old.get("phase") != "Admitted" or _growth(ctx, missing) is not None:
+        return False
+    ctx.delete_all()
+    ctx.st.replan("Replanning", "gang was incomplete before it ran; re-planning")
+    return True
+
+
+def _growth(ctx: _Ctx, missing: set[str]) -> list[dict[str, Any]] | None:
+    """An elastic job admitted to a larger size: the missing Workers from the growth's
+    plan (None: the missing pods are no growth)."""
     plan = ctx.admission.plan
     if ctx.job_spec.elastic is None or plan is None:
-        return False
+        return None
     grown = [p for p in plan.pods if p["metadata"]["name"] in missing]
-    if len(grown) != len(missing):
+    return grown if len(grown) == len(missing) else None
+
+
+def _growing(ctx: _Ctx, missing: set[str]) -> bool:
+    """Create the missing Workers of a growth (`_growth`): they join the running
+    rendezvous; the others keep running."""
+    grown = _growth(ctx, missing)
+    if grown is None:
         return False
     ctx.acts.create.extend(grown)
     return True

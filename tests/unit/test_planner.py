@@ -12,7 +12,8 @@ from tests.builders import JobBuilder, busy, fleet_nodes, fleet_snapshot, job, n
 from tests.unit.manifest_helpers import env_of, example, job_examples, pinned_node
 from trainop.api import constants as c
 from trainop.inventory import build_snapshot
-from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, plan_job
+from trainop.manifests import PodPlan
+from trainop.planner import InvalidJob, OperatorConfig, Plan, Wait, needs_gate, plan_job
 
 CONFIG = OperatorConfig()
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -242,14 +243,42 @@ def test_deterministic_and_independent_of_input_order() -> None:
 
 
 def test_gang_generation_and_gate() -> None:
+    """Every pod of a GPU-only gang is pinned: created without the gate. A gang with a pod
+    left to kube-scheduler (MPI's CPU Launcher) keeps it on every pod, unless asked not to."""
     p = plan_job(example("pytorch-ddp.yaml"), fleet_snapshot(), CONFIG, gang_generation=3)
-    assert isinstance(p, Plan)
+    assert isinstance(p, Plan) and len(p.pods) > 1
     for pod in p.pods:
         assert pod["metadata"]["annotations"][c.ANNOTATION_RESTART_COUNT] == "3"
+        assert "schedulingGates" not in pod["spec"]
+    mpi = plan_job(example("mpi-horovod.yaml"), fleet_snapshot(), CONFIG)
+    assert isinstance(mpi, Plan)
+    for pod in mpi.pods:
         assert {"name": c.SCHEDULING_GATE} in pod["spec"]["schedulingGates"]
-    ungated = plan_job(example("pytorch-ddp.yaml"), fleet_snapshot(), CONFIG, gated=False)
+    ungated = plan_job(example("mpi-horovod.yaml"), fleet_snapshot(), CONFIG, gated=False)
     assert isinstance(ungated, Plan)
     assert all("schedulingGates" not in pod["spec"] for pod in ungated.pods)
+
+
+def _pod_plan(node: str | None, index: int = 0) -> PodPlan:
+    return PodPlan(
+        role="Worker", index=index, rank=index, gpus=8 if node else 0, node=node, image="i", env={}
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "nodes", "gate"),
+    [
+        ("one-pinned-pod", ["a"], False),
+        ("one-unpinned-pod", [None], False),
+        ("pinned-gang", ["a", "b"], False),
+        ("pinned-gang-on-one-node", ["a", "a"], False),
+        ("gang-with-a-cpu-pod-left-to-the-scheduler", [None, "a", "b"], True),
+        ("unpinned-gang", [None, None], True),
+    ],
+)
+def test_needs_gate(case: str, nodes: list[str | None], gate: bool) -> None:
+    plans = [_pod_plan(n, i) for i, n in enumerate(nodes)]
+    assert needs_gate(plans) is gate, case
 
 
 def test_a_one_pod_gang_is_created_released() -> None:

@@ -30,8 +30,10 @@ from tests.builders import (
     job,
     pod,
 )
+from trainop import shellrules
 from trainop.api import constants as c
 from trainop.inventory import Snapshot
+from trainop.inventory.pods import is_gated
 from trainop.planner import OperatorConfig
 from trainop.reconcile import ADMIT_ALL, Actions, Admission, iso, reconcile
 
@@ -211,6 +213,37 @@ CASES = [
         delete=(W0,),
         events=(("Normal", "Replanning"),),
         requeue=1.0,
+    ),
+    # A pinned gang is created without the gate (planner.needs_gate): one that lacks pods
+    # while its status still says Admitted (written before the creates) was never whole.
+    Case(
+        "ungated-half-created-gang-deleted-and-replanned",
+        admitted(),
+        (pod(W0).on(A100_1).running(),),
+        phase="Queued",
+        reason="Replanning",
+        message="incomplete before it ran",
+        delete=(W0,),
+        events=(("Normal", "Replanning"),),
+        requeue=1.0,
+    ),
+    Case(
+        "half-created-gang-pod-failed-waiting-for-peers-not-counted",
+        admitted().with_status(restartCount=1),
+        (pod(W0).on(A100_1).failed(75),),
+        phase="Queued",
+        reason="Replanning",
+        delete=(W0,),
+        events=(("Normal", "Replanning"),),
+        requeue=1.0,
+        status={"restartCount": 1, "lastFailure": ABSENT},
+    ),
+    Case(
+        "whole-ungated-gang-starting-waits",
+        admitted(),
+        (pod(W0).on(A100_1).running(), pod(W1).on(A100_2).pending()),
+        phase="Admitted",
+        requeue=2.0,
     ),
     Case(
         "gated-gang-on-lost-node-replanned",
@@ -910,7 +943,7 @@ def test_a_created_gang_is_released_once_every_create_succeeded() -> None:
     assert not run(running(), (pod(W0).running(), pod(W1).running())).release_created
 
 
-def test_new_job_gets_a_gated_pinned_gang_and_a_headless_service() -> None:
+def test_new_job_gets_a_pinned_ungated_gang_and_a_headless_service() -> None:
     acts = run(job())
     service, *pods = acts.create
     assert service["kind"] == "Service"
@@ -918,7 +951,7 @@ def test_new_job_gets_a_gated_pinned_gang_and_a_headless_service() -> None:
     assert service["spec"]["selector"] == {c.LABEL_JOB_NAME: "bert"}
     assert [p["kind"] for p in pods] == ["Pod", "Pod"]
     for p, node in zip(pods, (A100_1, A100_2), strict=True):
-        assert p["spec"]["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
+        assert "schedulingGates" not in p["spec"]  # pinned: no gate (planner.needs_gate)
         assert p["metadata"]["ownerReferences"][0]["uid"] == "uid-bert"
         assert p["metadata"]["annotations"][c.ANNOTATION_RESTART_COUNT] == "0"
         terms = p["spec"]["affinity"]["nodeAffinity"][
@@ -1304,6 +1337,9 @@ class FakeCluster:
             else:
                 self.services.add(obj["metadata"]["name"])
         if crash_after_creates is not None:
+            # The shell writes an admitting status before the creates (shellrules.admits).
+            if shellrules.admits(self.body, acts.status, bool(acts.create)):
+                self.body["status"] = acts.status
             return acts
         for name in acts.ungate:
             gates = self.pods[name]["spec"]["schedulingGates"]
@@ -1337,7 +1373,7 @@ def test_lifecycle_walk_with_one_gang_restart() -> None:
     k = FakeCluster(job().run_policy(ttlSecondsAfterFinished=30, restartPolicy="ExitCode"))
     k.reconcile()
     assert (k.phase, sorted(k.pods), k.services) == ("Admitted", [W0, W1], {"bert"})
-    assert k.reconcile().ungate == [W0, W1]
+    assert not any(is_gated(p) for p in k.pods.values())  # pinned: nothing to release
     k.all(PodBuilder.pending)
     assert k.reconcile().requeue_after == 2.0
     k.all(PodBuilder.running)
@@ -1357,7 +1393,6 @@ def test_lifecycle_walk_with_one_gang_restart() -> None:
     assert {p["metadata"]["annotations"][c.ANNOTATION_RESTART_COUNT] for p in k.pods.values()} == {
         "1"
     }
-    k.reconcile()  # ungate
     k.all(PodBuilder.running)
     k.reconcile()
     k.all(PodBuilder.succeeded)
@@ -1375,9 +1410,11 @@ def test_lifecycle_walk_with_one_gang_restart() -> None:
 def test_operator_dying_mid_create_converges_without_duplicates() -> None:
     k = FakeCluster(job())
     k.reconcile(crash_after_creates=2)  # Service and worker-0 made, then the process died
-    assert sorted(k.pods) == [W0]
+    assert (k.phase, sorted(k.pods)) == ("Admitted", [W0])  # status went first
+    k.set(W0, PodBuilder.running)  # ungated: it binds and starts alone
     k.reconcile()  # a fresh operator sees half a gang: deleted, re-planned
-    assert k.phase == "Queued"
+    assert (k.phase, cond(k.body["status"], "Queued")["reason"]) == ("Queued", "Replanning")
+    assert k.events == ["Replanning"]
     k.settle()
     k.reconcile()
     assert (k.phase, sorted(k.pods)) == ("Admitted", [W0, W1])

@@ -85,7 +85,9 @@ def test_example_renders(name: str) -> None:
         index = labels[c.LABEL_REPLICA_INDEX]
         assert role == role.lower() and isinstance(index, str)
         assert pod["metadata"]["name"] == f"{job}-{role}-{index}"
-        assert {"name": c.SCHEDULING_GATE} in pod["spec"]["schedulingGates"]
+        # Gated only where a pod is left to kube-scheduler (planner.needs_gate).
+        gated = {"name": c.SCHEDULING_GATE} in (pod["spec"].get("schedulingGates") or [])
+        assert gated == (len(pods) > 1 and any(pinned_node(p) is None for p in pods))
         gpus = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
         if gpus.get(c.RESOURCE_GPU):
             assert pinned_node(pod) in header_nodes
