@@ -173,7 +173,13 @@ class GatherMemo:
         if not self.stamp or self.stamp[0] != stamp or self.stamp[1] is not config:
             self.stamp, self.entries, self.unsettled = (stamp, config), {}, set()
             again, relayout = set(state.jobs), True
-        if self.keyset != state.jobs.keys():
+        jobs = state.jobs
+        # A record made or dropped is marked: the job set moved only if a marked key's
+        # presence did (the sizes are compared too, for a record put in by other means).
+        moved = len(self.keyset) != len(jobs) or any(
+            (k in jobs) != (k in self.keyset) for k in marked
+        )
+        if moved and self.keyset != jobs.keys():
             came = state.jobs.keys() - self.keyset
             gone = self.keyset - state.jobs.keys()
             self.keyset = set(state.jobs)
