@@ -50,19 +50,23 @@ def import_images(lc: LocalCluster, names: Iterable[str]) -> None:
             print(f"imported {name} into {node.name} in {time.monotonic() - started:.0f} s")
 
 
-class BackgroundImports:
-    """The framework images (test_3_frameworks.py), imported in a thread from the moment the
-    cluster is up: the 80-90 s of `ctr images import` (mostly disk) overlap the PyTorch,
-    Helm and MPI tests that run first, instead of delaying the frameworks' first test."""
+HF = "hf-cpu"  # tests/real/test_6_trainers.py
 
-    def __init__(self, lc: LocalCluster) -> None:
+
+class BackgroundImports:
+    """The framework images (test_3_frameworks.py) and hf-cpu (test_6_trainers.py), imported
+    in a thread from the moment the cluster is up: the 80-90 s of `ctr images import` (mostly
+    disk) and hf-cpu's 30 s overlap the PyTorch, Helm and MPI tests that run first, instead
+    of delaying the frameworks' first test and the trainers' module."""
+
+    def __init__(self, lc: LocalCluster, names: tuple[str, ...]) -> None:
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(lc,), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(lc, names), daemon=True)
         self.thread.start()
 
-    def _run(self, lc: LocalCluster) -> None:
+    def _run(self, lc: LocalCluster, names: tuple[str, ...]) -> None:
         try:
-            import_images(lc, images.FRAMEWORK_IMAGES)
+            import_images(lc, names)
         except BaseException as exc:  # raised in the test that needs the images
             self.error = exc
 
@@ -81,8 +85,12 @@ def real_cluster_and_imports(
     background = None
     try:
         import_images(lc, IMAGES)
-        if any("test_3_frameworks" in item.nodeid for item in request.session.items):
-            background = BackgroundImports(lc)
+        wanted = {item.nodeid.split("::")[0] for item in request.session.items}
+        later = (*images.FRAMEWORK_IMAGES,) if any("test_3_frameworks" in w for w in wanted) else ()
+        if any("test_6_trainers" in w for w in wanted):
+            later = (*later, HF)
+        if later:
+            background = BackgroundImports(lc, later)
         yield lc, background
     finally:
         if background is not None:
@@ -109,6 +117,16 @@ def framework_images(
     else:
         background.wait()
     return {name: images.image_ref(name) for name in images.FRAMEWORK_IMAGES}
+
+
+@pytest.fixture(scope="session")
+def background_imports(
+    real_cluster_and_imports: tuple[LocalCluster, BackgroundImports | None],
+) -> None:
+    """Until the background imports are done (none: nothing to wait for)."""
+    background = real_cluster_and_imports[1]
+    if background is not None:
+        background.wait()
 
 
 @pytest.fixture(scope="session")

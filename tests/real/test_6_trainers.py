@@ -23,20 +23,20 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Kube
-from tests.real.conftest import IMAGES, import_images
+from tests.real.conftest import HF, IMAGES, import_images
 from tests.real.scenarios import JOB_TIMEOUT, Target, diagnose, example, logs, wait_finished
 from tests.real.test_4_lifecycle import _preempt, _status, preempt_queue  # noqa: F401
 from trainop.cluster import images
 from trainop.cluster.local import LocalCluster
 
-HF = "hf-cpu"
 STEP_LOSS = re.compile(r"(?:hf-trainop|lightning): step (\d+) loss ([0-9.e+-]+)")
 RESUMED = re.compile(r"resume_from=(\S+)")
 
 
 @pytest.fixture(scope="module")
-def hf_target(real_cluster: LocalCluster, target: Target) -> Target:
-    """The tier's target, with the hf-cpu image imported into the real node."""
+def hf_target(real_cluster: LocalCluster, target: Target, background_imports: None) -> Target:
+    """The tier's target, with the hf-cpu image imported into the real node (by the
+    session's background imports, or now when this module runs alone)."""
     import_images(real_cluster, [HF])
     refs = {name: images.image_ref(name) for name in (*IMAGES, HF)}
     return Target(target.kube, refs)
