@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 from trainop.api.trainingjob import TERMINAL_PHASES, TrainingJobSpec
 from trainop.inventory import Snapshot
@@ -500,7 +502,10 @@ def decide(
         pods = pods_by_job.get(key, ())
         body = by_key[key]
         intakes[key] = intake(body, pods, inputs, snapshot, config, now, assumed.get(key, ()))
-    in_line = {k: j for k, j in intakes.items() if j is not None}
+    if any(map(operator.is_, intakes.values(), repeat(None))):  # (C-level: usually none)
+        in_line = {k: j for k, j in intakes.items() if j is not None}
+    else:
+        in_line = cast(dict[str, QueuedJob], intakes)
     jobs = list(in_line.values())
     usable = [q for q in inputs.queues if q.error is None]  # a broken queue admits nobody
     placer = PlannerPlacer(by_key, config, {q.name: q for q in usable})  # queue policy modes
