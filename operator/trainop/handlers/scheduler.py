@@ -383,9 +383,11 @@ class AdmissionLoop:
             if mem is not None and key in result.intakes:  # else gone while it ran
                 mem.took_in(work.signatures[key], result.intakes[key])
         changed = self._record(result, started, work.looked | state.marked)
-        for decision in result.decisions.jobs.values():
-            if decision.action == Action.PREEMPT:
-                await self.evict(decision, now)
+        decisions = result.decisions.jobs.values()
+        if Action.PREEMPT in map(_ACTION, decisions):  # (a C-level walk: usually none)
+            for decision in decisions:
+                if decision.action == Action.PREEMPT:
+                    await self.evict(decision, now)
         if self.migrate is not None:
             for move in result.moves:  # queueing.migration: checkpoint, then restart there
                 await self.migrate(move, now)

@@ -696,12 +696,13 @@ class _Pass:
     def grow(self) -> None:
         """At most one running elastic job grows per pass, and only while no job of the
         pass waits for GPUs (Quota, NoFit, Topology): waiting jobs have the higher claim."""
-        if any(
+        growing = elastic.growth_order(self.running.values())  # (usually none: asked first)
+        if not growing or any(
             d.action == Action.WAIT and d.reason in (QUOTA, NOFIT, TOPOLOGY)
             for d in self.decisions.values()
         ):
             return
-        for r in elastic.growth_order(self.running.values()):
+        for r in growing:
             q = self.queues.get(r.queue)
             if q is None:
                 continue
