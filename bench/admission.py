@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "admission"))
     ap.add_argument(
         "--baseline",
-        default=str(RESULTS / "admission-before-tails.json"),
+        default=str(RESULTS / "admission-before-33.json"),
         help="an earlier run's results, shown beside these (skipped when absent)",
     )
     args = ap.parse_args(argv)
