@@ -6,7 +6,7 @@ TRAINOP := $(VENV)/bin/trainop
 PYTEST := $(VENV)/bin/pytest
 
 .PHONY: install lock build-binaries test test-unit test-integration test-e2e lint typecheck \
-        importlint generate check-generated demo demo-down bench bench-scale bench-admission bench-memory bench-integrations test-faults bench-eligibility bench-placement clean chart-lint \
+        importlint generate check-generated demo demo-down bench bench-scale bench-admission bench-schema bench-memory bench-integrations test-faults bench-eligibility bench-placement clean chart-lint \
         real-deps build-node-binaries images test-real demo-real demo-real-down
 
 # The venv installs exactly requirements-dev.lock (every version pinned, hashes checked), then
@@ -138,6 +138,11 @@ bench-scale: install build-binaries
 # Results: bench/results/admission.{json,md,png}
 bench-admission: install
 	$(PY) -m bench.admission
+
+# What the TrainingJob schema costs the API server per create and status patch, against
+# the same kind with status undescribed and with no schema (one local cluster, ~1 minute).
+bench-schema: install build-binaries
+	$(PY) -m bench.schema_cost
 
 # The operator's state fed 2,000 nodes, 8,000 pods and 1,250 TrainingJobs in-process (no API
 # server): RSS, tracemalloc's top 10, the size of each part. Results: bench/results/memory.*
