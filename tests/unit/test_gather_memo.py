@@ -143,3 +143,13 @@ def test_a_gather_after_nothing_changed_looks_at_no_job(monkeypatch: pytest.Monk
     work = gather(state, config, NOW, 0.0, memo)
     assert looked == [GPT] and list(work.pods) == [GPT]
     _same(work, gather(state, config, NOW, 0.0))
+
+
+def test_a_gather_without_a_memo_leaves_the_marks_to_the_loops() -> None:
+    state, config, memo = _state(), OperatorConfig(), GatherMemo()
+    _took_in(state, gather(state, config, NOW, 0.0, memo))
+    gather(state, config, NOW, 0.0, memo)
+    state.upsert_job(_body("gpt", "2"))
+    alone = gather(state, config, NOW, 0.0)  # every job, as a full gather
+    assert list(alone.signatures) == [BERT, GPT] and GPT in state.marked
+    assert list(gather(state, config, NOW, 0.0, memo).pods) == [GPT]

@@ -164,9 +164,12 @@ class GatherMemo:
     signatures: dict[JobKey, tuple[Any, ...]] = field(default_factory=dict)
     known: dict[JobKey, Any] = field(default_factory=dict)
 
-    def begin(self, state: ShellState, config: OperatorConfig) -> tuple[set[JobKey], bool]:
-        """The jobs to gather again, and whether the output must be laid out again."""
-        marked = state.take_marked()
+    def begin(
+        self, state: ShellState, config: OperatorConfig, take: bool = True
+    ) -> tuple[set[JobKey], bool]:
+        """The jobs to gather again, and whether the output must be laid out again. The
+        state's marks are taken (`take`): one memo per state, the admission loop's."""
+        marked = state.take_marked() if take else set()
         stamp = (state.node_revision, state.inputs_revision, state.runtimes_revision)
         again = marked | self.unsettled
         relayout = False
@@ -229,8 +232,10 @@ def gather(
     mutated, so the references stay valid while the decision runs in a worker thread).
     With `memo` (the loop's, kept across cycles), only the jobs marked since its last
     gather, or not settled then, are looked at."""
+    # (Without a memo, every job is gathered, and the marks are left to the loop's memo.)
+    fresh = memo is None
     memo = memo if memo is not None else GatherMemo()
-    again, relayout = memo.begin(state, config)
+    again, relayout = memo.begin(state, config, take=not fresh)
     work = Work(looked=again)
     slots: dict[JobKey, tuple[Any, ...] | None] = {}  # shares made this gather, by job
     bodies, signatures = memo.bodies, memo.signatures
