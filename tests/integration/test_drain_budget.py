@@ -106,12 +106,21 @@ def test_a_drain_waits_for_the_checkpoint(
             30,
         )
         assert asked["reason"] == "NodeDrain"
-        assert _budget(kube, ns, name) is not None  # still standing: no checkpoint yet
+        standing = _budget(kube, ns, name)
+        assert standing is not None  # still standing: no checkpoint yet
         assert _evict(kube, ns, f"{name}-worker-1").returncode != 0
         started = time.monotonic()
         ckpt = {"step": 12, "checkpoint": {"path": "/ckpt/step-12.pt", "step": 12}}
         assert _report(wired_operator, kube, ns, pod, ckpt) == 200
-        kube.wait_for("the budget deleted", lambda: _budget(kube, ns, name) is None, 30)
+        # The budget that held the drain goes. The gang restarted elsewhere gets one of its
+        # own (below), and since pinned gangs start ungated that can come within one poll:
+        # the old one is told apart by its uid.
+        uid = standing["metadata"]["uid"]
+        kube.wait_for(
+            "the budget deleted",
+            lambda: (_budget(kube, ns, name) or {}).get("metadata", {}).get("uid") != uid,
+            30,
+        )
         print(f"checkpoint reported -> budget deleted in {time.monotonic() - started:.1f} s")
         status = kube.get("tj", name, "-n", ns)["status"]
         assert status["progress"]["lastCheckpoint"]["path"] == "/ckpt/step-12.pt"
