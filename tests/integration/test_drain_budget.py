@@ -27,7 +27,10 @@ from trainop.api.progress import PROGRESS_PATH
 
 @pytest.fixture
 def wired_operator(
-    local_cluster: LocalCluster, operator: OperatorProcess, tmp_path: Path
+    local_cluster: LocalCluster,
+    operator: OperatorProcess,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[OperatorProcess]:
     """The session operator restarted with a progress URL (pods wired to report)."""
     operator.stop()
@@ -35,6 +38,9 @@ def wired_operator(
     wired.extra = ["--progress-url", f"http://127.0.0.1:{wired.progress_port}{PROGRESS_PATH}"]
     wired.start()
     yield wired
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:  # the conftest's hook prints the stopped one's
+        print("---- wired operator log (tail) ----\n" + wired.log_tail(120))
     wired.stop()
     operator.start()
 
